@@ -1,0 +1,39 @@
+"""`convmem <command>`: one entry point, each command imported only when chosen.
+
+convmem serve  [--data-dir DIR] [--log-level L]   MCP on stdio, headless, no Qt
+convmem app    [--data-dir DIR] [--minimized]     the tray app and memory browser
+convmem shim   [--data-dir DIR]                   stdio <-> the app's local pipe
+"""
+
+from __future__ import annotations
+
+import sys
+
+USAGE = __doc__ or ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in {"-h", "--help", "help"}:
+        print(USAGE.strip())
+        return 0 if args else 2
+    command, rest = args[0], args[1:]
+    if command == "serve":
+        from convmem_app import serve_command
+
+        return serve_command.main(rest)
+    if command == "app":
+        from convmem_app import app
+
+        return app.main(rest)
+    if command == "shim":
+        from convmem_app import shim
+
+        return shim.main(rest)
+    print(f"convmem: unknown command {command!r}\n\n{USAGE.strip()}", file=sys.stderr)
+    return 2
+
+
+def app_main() -> int:
+    """Entry point of the `convmem-app` GUI script."""
+    return main(["app", *sys.argv[1:]])

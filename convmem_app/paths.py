@@ -1,0 +1,78 @@
+"""Where ConvMem keeps its data and where an app listens for its hosts. Standard library only.
+
+- `default_data_dir()`: `CONVMEM_DATA_DIR`, else the platform's per-user data folder
+  (Windows `%LOCALAPPDATA%\\ConvMem`, macOS `~/Library/Application Support/ConvMem`,
+  elsewhere `$XDG_DATA_HOME/convmem` or `~/.local/share/convmem`).
+- `endpoint(data_dir)`: the local pipe for one data dir and one user. Windows: a named pipe
+  `convmem-<user>-<hash>`; elsewhere an absolute Unix socket path inside a private (0700)
+  directory owned by the user, so no other user can reach it.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import os
+import stat
+import sys
+import tempfile
+from pathlib import Path
+
+APP_DIR_NAME = "ConvMem"
+
+
+def default_data_dir() -> Path:
+    override = os.environ.get("CONVMEM_DATA_DIR")
+    if override:
+        return Path(override).expanduser()
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
+        return Path(base) / APP_DIR_NAME
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Application Support" / APP_DIR_NAME
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / APP_DIR_NAME.lower()
+
+
+def resolve_data_dir(value: str | os.PathLike[str] | None) -> Path:
+    """The canonical absolute data dir: the same directory always maps to the same endpoint."""
+    path = Path(value).expanduser() if value else default_data_dir()
+    return Path(os.path.realpath(os.path.abspath(path)))
+
+
+def _user() -> str:
+    try:
+        name = getpass.getuser()
+    except (KeyError, OSError):
+        name = str(os.getuid()) if hasattr(os, "getuid") else "user"
+    return "".join(ch for ch in name if ch.isalnum() or ch in "-_")[:32] or "user"
+
+
+def _digest(data_dir: Path) -> str:
+    key = os.path.normcase(str(data_dir))
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
+
+
+def runtime_dir() -> Path:
+    """A private directory for sockets: 0700 and owned by the current user, or an error."""
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    base = Path(xdg) / "convmem" if xdg else Path(tempfile.gettempdir()) / f"convmem-{os.getuid()}"
+    base.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = base.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise PermissionError(f"socket directory {base} is not a directory owned by this user")
+    if stat.S_IMODE(info.st_mode) != 0o700:
+        os.chmod(base, 0o700)
+    return base
+
+
+def endpoint(data_dir: Path) -> str:
+    """The QLocalServer name / socket path the app for `data_dir` listens on."""
+    name = f"convmem-{_user()}-{_digest(data_dir)}"
+    if sys.platform == "win32":
+        return name
+    return str(runtime_dir() / f"{_digest(data_dir)}.sock")
+
+
+def windows_pipe_path(name: str) -> str:
+    return rf"\\.\pipe\{name}"
