@@ -1,5 +1,6 @@
 """Domain values and errors: Message, Metadata, Relation, the enums and the error tree. No I/O."""
 
+from convmem_engine.domain import limits, validation
 from convmem_engine.domain.errors import (
     ERROR_CODES,
     BusyError,
@@ -21,6 +22,7 @@ from convmem_engine.domain.message import (
     Metadata,
     Relation,
 )
+from convmem_engine.domain.validation import MetadataPatch, SearchFilters
 
 __all__ = [
     "DEFAULT_METADATA",
@@ -36,8 +38,12 @@ __all__ = [
     "InternalError",
     "Message",
     "Metadata",
+    "MetadataPatch",
     "NotFoundError",
     "Relation",
+    "SearchFilters",
     "StoreIOError",
     "ValidationError",
+    "limits",
+    "validation",
 ]

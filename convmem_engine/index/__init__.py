@@ -1,0 +1,1 @@
+"""Derived in-memory indexes over the store: history, search, relations. Rebuildable."""

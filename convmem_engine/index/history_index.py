@@ -1,0 +1,205 @@
+"""Per-session history: live message ids in creation order, plus per-session aggregates.
+
+Creation order is ULID order: the service generates strictly increasing ULIDs (also across
+restarts), so a sorted list of ids per session is the history. Paging by "ids after X" with
+`bisect` stays correct while other clients write (new ids land at the end) and delete (the
+position of X is still defined when X itself is gone).
+
+Sessions are ordered by their first live message id (time, then id). A new session always sorts
+last; a session whose first live message is deleted moves to its next message's position.
+
+Derived state only: `build()` from the store's messages gives the same index as the sequence of
+`add`/`remove`/`replace` calls that led there. Not thread-safe by itself: the service guards it.
+"""
+
+from __future__ import annotations
+
+import sys
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable
+
+from convmem_engine.domain.message import MEMORY_KINDS, Message
+
+_KIND_INDEX = {kind: i for i, kind in enumerate(MEMORY_KINDS)}
+
+
+def _remove_sorted(ids: list[str], message_id: str) -> bool:
+    i = bisect_left(ids, message_id)
+    if i < len(ids) and ids[i] == message_id:
+        del ids[i]
+        return True
+    return False
+
+
+def _add_sorted(ids: list[str], message_id: str) -> None:
+    if not ids or ids[-1] < message_id:
+        ids.append(message_id)
+    else:
+        i = bisect_left(ids, message_id)
+        if i == len(ids) or ids[i] != message_id:
+            ids.insert(i, message_id)
+
+
+class SessionHistory:
+    """One session: ids in creation order, kind counts, and ids carrying a summary."""
+
+    __slots__ = ("ids", "kind_counts", "kind_summary_ids", "session_id", "summary_ids")
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.ids: list[str] = []
+        self.kind_counts: list[int] = [0] * len(MEMORY_KINDS)
+        self.summary_ids: list[str] = []  # messages whose metadata.summary is set
+        self.kind_summary_ids: list[str] = []  # messages whose memory_kind is "summary"
+
+    def add(self, msg: Message) -> None:
+        _add_sorted(self.ids, msg.message_id)
+        self.kind_counts[_KIND_INDEX[msg.metadata.memory_kind]] += 1
+        if msg.metadata.summary is not None:
+            _add_sorted(self.summary_ids, msg.message_id)
+        if msg.metadata.memory_kind == "summary":
+            _add_sorted(self.kind_summary_ids, msg.message_id)
+
+    def remove(self, msg: Message) -> None:
+        if _remove_sorted(self.ids, msg.message_id):
+            self.kind_counts[_KIND_INDEX[msg.metadata.memory_kind]] -= 1
+        if msg.metadata.summary is not None:
+            _remove_sorted(self.summary_ids, msg.message_id)
+        if msg.metadata.memory_kind == "summary":
+            _remove_sorted(self.kind_summary_ids, msg.message_id)
+
+    def kind_count_map(self) -> dict[str, int]:
+        return dict(zip(MEMORY_KINDS, self.kind_counts, strict=True))
+
+    def memory_bytes(self) -> int:
+        return (
+            sys.getsizeof(self)
+            + sys.getsizeof(self.ids)
+            + sys.getsizeof(self.kind_counts)
+            + sys.getsizeof(self.summary_ids)
+            + sys.getsizeof(self.kind_summary_ids)
+        )
+
+
+class HistoryIndex:
+    def __init__(self) -> None:
+        self._sessions: dict[str, SessionHistory] = {}
+        # Sessions ordered by first live message id; parallel lists (keys sorted).
+        self._order_keys: list[str] = []
+        self._order_sessions: list[str] = []
+
+    # -- maintenance -------------------------------------------------------------------------
+
+    def clear(self) -> None:
+        self._sessions = {}
+        self._order_keys = []
+        self._order_sessions = []
+
+    def build(self, messages: Iterable[Message]) -> None:
+        self.clear()
+        for msg in messages:
+            self.add(msg)
+
+    def _unorder(self, first_id: str) -> None:
+        i = bisect_left(self._order_keys, first_id)
+        del self._order_keys[i]
+        del self._order_sessions[i]
+
+    def _order(self, first_id: str, session_id: str) -> None:
+        if not self._order_keys or self._order_keys[-1] < first_id:
+            self._order_keys.append(first_id)
+            self._order_sessions.append(session_id)
+        else:
+            i = bisect_left(self._order_keys, first_id)
+            self._order_keys.insert(i, first_id)
+            self._order_sessions.insert(i, session_id)
+
+    def add(self, msg: Message) -> None:
+        sess = self._sessions.get(msg.session_id)
+        if sess is None:
+            sess = self._sessions[msg.session_id] = SessionHistory(msg.session_id)
+            sess.add(msg)
+            self._order(msg.message_id, msg.session_id)
+            return
+        old_first = sess.ids[0]
+        sess.add(msg)
+        if sess.ids[0] != old_first:
+            self._unorder(old_first)
+            self._order(sess.ids[0], msg.session_id)
+
+    def remove(self, msg: Message) -> None:
+        sess = self._sessions.get(msg.session_id)
+        if sess is None or not sess.ids:
+            return
+        old_first = sess.ids[0]
+        sess.remove(msg)
+        if not sess.ids:
+            del self._sessions[msg.session_id]
+            self._unorder(old_first)
+        elif sess.ids[0] != old_first:
+            self._unorder(old_first)
+            self._order(sess.ids[0], msg.session_id)
+
+    def replace(self, old: Message, new: Message) -> None:
+        """An update: same id and session; kind or summary may change."""
+        sess = self._sessions[old.session_id]
+        sess.remove(old)
+        sess.add(new)
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def session_count(self) -> int:
+        return len(self._sessions)
+
+    def session(self, session_id: str) -> SessionHistory | None:
+        return self._sessions.get(session_id)
+
+    def message_count(self, session_id: str) -> int:
+        sess = self._sessions.get(session_id)
+        return len(sess.ids) if sess is not None else 0
+
+    def ids_after(self, session_id: str, after: str | None, limit: int) -> tuple[list[str], bool]:
+        """Up to `limit` ids of the session after id `after` (None: from the start), and
+        whether more follow."""
+        sess = self._sessions.get(session_id)
+        if sess is None:
+            return [], False
+        start = 0 if after is None else bisect_right(sess.ids, after)
+        page = sess.ids[start : start + limit]
+        return page, start + limit < len(sess.ids)
+
+    def has_after(self, session_id: str, after: str) -> bool:
+        sess = self._sessions.get(session_id)
+        return sess is not None and bisect_right(sess.ids, after) < len(sess.ids)
+
+    def neighbours(
+        self, session_id: str, message_id: str, before: int, after: int
+    ) -> tuple[list[str], list[str]]:
+        """Ids of up to `before` earlier and `after` later messages of the same session."""
+        sess = self._sessions.get(session_id)
+        if sess is None:
+            return [], []
+        i = bisect_left(sess.ids, message_id)
+        j = i + 1 if i < len(sess.ids) and sess.ids[i] == message_id else i
+        return sess.ids[max(0, i - before) : i], sess.ids[j : j + after]
+
+    def sessions_after(self, after_key: str | None, limit: int) -> tuple[list[str], bool]:
+        """Up to `limit` session ids ordered by first live message id, after key `after_key`."""
+        start = 0 if after_key is None else bisect_right(self._order_keys, after_key)
+        page = self._order_sessions[start : start + limit]
+        return page, start + limit < len(self._order_sessions)
+
+    def sessions_have_after(self, after_key: str) -> bool:
+        return bisect_right(self._order_keys, after_key) < len(self._order_keys)
+
+    def memory_bytes(self) -> int:
+        """Bytes of the index's own containers (ids are shared with the store, not counted)."""
+        total = (
+            sys.getsizeof(self)
+            + sys.getsizeof(self._sessions)
+            + sys.getsizeof(self._order_keys)
+            + sys.getsizeof(self._order_sessions)
+        )
+        for sess in self._sessions.values():
+            total += sess.memory_bytes()
+        return total
