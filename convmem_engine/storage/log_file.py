@@ -1,0 +1,149 @@
+"""Reading the append-only log: a streaming scanner that tells a torn tail from corruption.
+
+Classification, from a record's start offset `pos` to the end of the file:
+
+- fewer than HEADER_SIZE bytes left, or a valid header whose payload runs past the end, or
+  only zero bytes left (a file extended but never written, as some filesystems leave after
+  power loss): an *incomplete tail*. Nothing after it was ever acknowledged, because a record
+  is acknowledged only after everything before it is fsynced.
+- a header with a wrong magic or header CRC that is not all zeros to the end, a known-bad
+  version/type/flags/length, a payload CRC mismatch of a complete record (the last one too),
+  or a sequence that is not exactly previous + 1: *corruption* (`CorruptStoreError` naming the
+  file and offset). The scanner never modifies the file.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from convmem_engine.domain.errors import CorruptStoreError
+from convmem_engine.storage.fs import FileSystem
+from convmem_engine.storage.record import HEADER, HEADER_SIZE, MAGIC, RECORD_TYPES, header_problem
+
+_CHUNK = 1 << 20
+
+
+@dataclass(slots=True)
+class ScanResult:
+    end: int = 0  # offset just after the last complete record
+    crc: int = 0  # zlib.crc32 of the log bytes [0, end)
+    records: int = 0  # complete records read
+    incomplete_tail: bool = False
+    file_size: int = 0
+
+
+class LogScanner:
+    """Iterate the complete records of a log from `start`; corruption raises CorruptStoreError."""
+
+    def __init__(
+        self,
+        fs: FileSystem,
+        fd: int,
+        name: str,
+        start: int,
+        prev_seq: int | None,
+        crc: int = 0,
+    ) -> None:
+        self._fs = fs
+        self._fd = fd
+        self._name = name
+        self._start = start
+        self._prev_seq = prev_seq
+        self.result = ScanResult(end=start, crc=crc, file_size=fs.size(fd))
+
+    def _corrupt(self, offset: int, why: str) -> CorruptStoreError:
+        return CorruptStoreError(f"{self._name}: corrupt record at offset {offset}: {why}")
+
+    def _rest_is_zero(self, buf: bytes, pos: int, buf_start: int) -> bool:
+        if buf[pos:].count(0) != len(buf) - pos:
+            return False
+        off = buf_start + len(buf)
+        self._fs.seek(self._fd, off)
+        while off < self.result.file_size:
+            chunk = self._fs.read(self._fd, _CHUNK)
+            if not chunk:
+                break
+            if chunk.count(0) != len(chunk):
+                return False
+            off += len(chunk)
+        return True
+
+    def records(self) -> Iterator[tuple[int, int, int, bytes]]:
+        """Yield (offset, type, sequence, payload) for each complete, verified record."""
+        fs, fd = self._fs, self._fd
+        size = self.result.file_size
+        fs.seek(fd, self._start)
+        buf = b""
+        buf_start = self._start  # file offset of buf[0]
+        pos = 0  # index into buf
+        prev = self._prev_seq
+        unpack = HEADER.unpack_from
+        crc32 = zlib.crc32
+        while True:
+            offset = buf_start + pos
+            if offset >= size:
+                break
+            need = HEADER_SIZE
+            if len(buf) - pos < need:
+                buf, buf_start, pos = self._refill(buf, buf_start, pos, need)
+                if len(buf) - pos < need:
+                    # fewer than a header's bytes left: a torn header (or zero fill)
+                    self.result.incomplete_tail = True
+                    break
+            magic, version, rtype, flags, length, seq, pcrc, hcrc = unpack(buf, pos)
+            if magic != MAGIC or crc32(buf[pos : pos + 24]) != hcrc:
+                if self._rest_is_zero(buf, pos, buf_start):
+                    self.result.incomplete_tail = True
+                    break
+                why = "bad magic" if magic != MAGIC else "header CRC mismatch"
+                raise self._corrupt(offset, why)
+            problem = header_problem(version, rtype, flags, length)
+            if problem:
+                raise self._corrupt(offset, problem)
+            if offset + HEADER_SIZE + length > size:
+                self.result.incomplete_tail = True
+                break
+            if prev is not None and seq != prev + 1:
+                raise self._corrupt(offset, "non-monotonic sequence")
+            need = HEADER_SIZE + length
+            if len(buf) - pos < need:
+                buf, buf_start, pos = self._refill(buf, buf_start, pos, need)
+                if len(buf) - pos < need:  # the file shrank under us
+                    self.result.incomplete_tail = True
+                    break
+            payload = buf[pos + HEADER_SIZE : pos + need]
+            if crc32(payload) != pcrc:
+                raise self._corrupt(offset, "payload CRC mismatch")
+            prev = seq
+            res = self.result
+            res.crc = crc32(buf[pos : pos + need], res.crc)
+            res.records += 1
+            pos += need
+            res.end = buf_start + pos
+            yield offset, rtype, seq, payload
+        self._prev_seq = prev
+
+    def _refill(self, buf: bytes, buf_start: int, pos: int, need: int) -> tuple[bytes, int, int]:
+        rest = buf[pos:]
+        new_start = buf_start + pos
+        parts = [rest]
+        have = len(rest)
+        want = max(need, _CHUNK)
+        self._fs.seek(self._fd, new_start + have)
+        while have < want:
+            chunk = self._fs.read(self._fd, want - have)
+            if not chunk:
+                break
+            parts.append(chunk)
+            have += len(chunk)
+        return b"".join(parts), new_start, 0
+
+    @property
+    def last_sequence(self) -> int | None:
+        return self._prev_seq
+
+
+def record_type_name(rtype: int) -> str:
+    return RECORD_TYPES.get(rtype, str(rtype))

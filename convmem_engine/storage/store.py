@@ -1,0 +1,835 @@
+"""The durable store: an append-only CRC32 log, a snapshot, recovery, compaction, the lock.
+
+Files in the data dir: `active.log` (the log), `snapshot.bin` (live state at a log offset),
+`lock` + `lock.pid` (the data-dir lock and its holder), and transiently `active.log.tmp` /
+`snapshot.bin.tmp` during compaction and snapshot writes (removed on open).
+
+A write is durable when `sync(seq)` returns: every record up to `seq` is fsynced. Concurrent
+callers share fsyncs (leader/follower group commit): one fsync covers every record written
+before it started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import threading
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Final
+
+from convmem_engine.domain.errors import (
+    ConflictError,
+    CorruptStoreError,
+    InternalError,
+    NotFoundError,
+    StoreIOError,
+    ValidationError,
+)
+from convmem_engine.domain.message import DEFAULT_METADATA, Message
+from convmem_engine.storage import snapshot as snap
+from convmem_engine.storage.fs import FileSystem, IOCounters
+from convmem_engine.storage.lock import DataDirLock
+from convmem_engine.storage.log_file import LogScanner
+from convmem_engine.storage.record import (
+    DEL,
+    FORMAT_VERSION,
+    GENERATION,
+    HEADER_SIZE,
+    MAX_PAYLOAD,
+    PUT,
+    UPDATE,
+    decode_generation,
+    decode_message,
+    encode_generation,
+    encode_message,
+    encode_record,
+)
+
+LOG_NAME: Final = "active.log"
+SNAPSHOT_NAME: Final = "snapshot.bin"
+TMP_SUFFIX: Final = ".tmp"
+_WRITE_BATCH: Final = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    format_version: int
+    log_size: int
+    snapshot_size: int
+    deleted_messages: int  # DEL tombstones in the current log
+    last_sequence: int
+    update_records: int  # UPDATE records in the current log
+    dead_bytes: int  # bytes of records superseded or deleted (what compaction would remove)
+    io: IOCounters = field(default_factory=IOCounters)
+    recovered_tail: bool = False
+    snapshot_valid: bool = True
+    last_error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionResult:
+    messages: int
+    records_removed: int
+    bytes_before: int
+    bytes_after: int
+
+
+@dataclass(slots=True)
+class _LogState:
+    """Counters that describe the current log; replaced wholesale by compaction."""
+
+    generation: int = 0
+    gen_record_size: int = 0
+    end: int = 0
+    crc: int = 0  # zlib.crc32 of the log bytes [0, end)
+    last_seq: int = 0
+    records: int = 0
+    deleted_records: int = 0
+    update_records: int = 0
+    live_bytes: int = 0  # size of the latest record of every live message
+
+
+def _record_size_of(msg: Message) -> int:
+    return HEADER_SIZE + len(encode_message(msg))
+
+
+def _canonical(msg: Message) -> Message:
+    """Share the one DEFAULT_METADATA instance (the store holds hundreds of thousands)."""
+    md = msg.metadata
+    if md is not DEFAULT_METADATA and md == DEFAULT_METADATA:
+        return Message(
+            msg.message_id,
+            msg.session_id,
+            msg.timestamp,
+            msg.role,
+            msg.content,
+            msg.revision,
+            msg.updated_at,
+            DEFAULT_METADATA,
+        )
+    return msg
+
+
+def _payload_of(msg: Message) -> bytes:
+    try:
+        payload = encode_message(msg)
+    except UnicodeEncodeError as e:
+        raise ValidationError(
+            "message: text fields must be valid Unicode (no lone surrogates)"
+        ) from e
+    if len(payload) > MAX_PAYLOAD:
+        raise ValidationError(f"message: encoded record must be at most {MAX_PAYLOAD} bytes")
+    return payload
+
+
+def _new_generation(old: int = 0) -> int:
+    while True:
+        g = secrets.randbits(63)
+        if g not in (0, old):
+            return g
+
+
+class Store:
+    """See the module docstring and contracts.md. Create with `Store.open(data_dir)`."""
+
+    def __init__(self, data_dir: str, fs: FileSystem) -> None:
+        self._dir = data_dir
+        self._fs = fs
+        self._log_path = os.path.join(data_dir, LOG_NAME)
+        self._snap_path = os.path.join(data_dir, SNAPSHOT_NAME)
+        self._lock = DataDirLock(fs, data_dir)
+        self._fd = -1
+        self._messages: dict[str, Message] = {}
+        self._view: Mapping[str, Message] = MappingProxyType(self._messages)
+        self._log = _LogState()
+        self._snapshot_size = 0
+        self._snapshot_at: tuple[int, int] | None = None  # (generation, offset) on disk
+        self._recovered_tail = False
+        self._snapshot_valid = True
+        self._stale_snapshot = False
+        self._last_error = ""
+        self._failed = ""
+        self._closed = False
+        self._write_lock = threading.RLock()
+        self._sync_cond = threading.Condition(threading.Lock())
+        self._synced_seq = 0
+        self._leader = False
+
+    # -- opening --------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, data_dir: str | os.PathLike[str], *, fs: FileSystem | None = None) -> Store:
+        path = os.fspath(data_dir)
+        fs = fs if fs is not None else FileSystem()
+        try:
+            fs.makedirs(path)
+        except OSError as e:
+            raise StoreIOError(f"data dir: cannot create the directory: {e.strerror}") from e
+        store = cls(path, fs)
+        store._lock.acquire()
+        try:
+            store._recover()
+        except BaseException:
+            store._abandon()
+            raise
+        return store
+
+    def _abandon(self) -> None:
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                self._fs.close(self._fd)
+            self._fd = -1
+        self._closed = True
+        self._lock.release()
+
+    def _io_error(self, what: str, e: OSError) -> StoreIOError:
+        msg = f"{what}: {e.strerror or e}"
+        self._last_error = msg
+        return StoreIOError(msg)
+
+    def _recover(self) -> None:
+        fs = self._fs
+        try:
+            for name in (LOG_NAME + TMP_SUFFIX, SNAPSHOT_NAME + TMP_SUFFIX):
+                p = os.path.join(self._dir, name)
+                if fs.exists(p):
+                    fs.unlink(p)
+            if not fs.exists(self._log_path):
+                if fs.exists(self._snap_path):
+                    raise CorruptStoreError(
+                        f"{LOG_NAME}: missing while {SNAPSHOT_NAME} exists; refusing to start empty"
+                    )
+                self._create_empty_log()
+            rfd = fs.open_read(self._log_path)
+        except OSError as e:
+            raise self._io_error("data dir: cannot prepare the store files", e) from e
+        try:
+            self._load(rfd)
+        except OSError as e:
+            raise self._io_error(f"{LOG_NAME}: cannot read", e) from e
+        finally:
+            with contextlib.suppress(OSError):
+                fs.close(rfd)
+        try:
+            self._fd = fs.open_append(self._log_path)
+            if self._recovered_tail:
+                fs.truncate(self._fd, self._log.end)
+                fs.fsync(self._fd)
+        except OSError as e:
+            raise self._io_error(f"{LOG_NAME}: cannot open for appending", e) from e
+        self._synced_seq = self._log.last_seq
+        if self._stale_snapshot:
+            with contextlib.suppress(OSError):
+                fs.unlink(self._snap_path)
+                fs.fsync_dir(self._dir)
+
+    def _create_empty_log(self) -> None:
+        fs = self._fs
+        gen = _new_generation()
+        rec = encode_record(GENERATION, 1, encode_generation(gen))
+        tmp = self._log_path + TMP_SUFFIX
+        fd = fs.open_new(tmp)
+        try:
+            if fs.write(fd, rec) != len(rec):
+                raise OSError(f"short write creating {LOG_NAME}")
+            fs.fsync(fd)
+        finally:
+            fs.close(fd)
+        fs.replace(tmp, self._log_path)
+        fs.fsync_dir(self._dir)
+
+    def _read_generation(self, rfd: int) -> tuple[int, int, int]:
+        """(generation, record size, sequence) of the GENERATION record at offset 0."""
+        scanner = LogScanner(self._fs, rfd, LOG_NAME, 0, None)
+        for offset, rtype, seq, payload in scanner.records():
+            if rtype != GENERATION:
+                raise CorruptStoreError(
+                    f"{LOG_NAME}: corrupt record at offset {offset}: "
+                    "the log must start with a GENERATION record"
+                )
+            try:
+                gen = decode_generation(payload)
+            except ValueError as e:
+                raise CorruptStoreError(
+                    f"{LOG_NAME}: corrupt record at offset {offset}: bad GENERATION payload"
+                ) from e
+            return gen, scanner.result.end, seq
+        raise CorruptStoreError(f"{LOG_NAME}: no complete GENERATION record at offset 0")
+
+    def _load(self, rfd: int) -> None:
+        fs = self._fs
+        gen, gen_size, _ = self._read_generation(rfd)
+        log_size = fs.size(rfd)
+        meta = self._try_snapshot(rfd, gen, gen_size, log_size)
+        st = self._log
+        if meta is not None:
+            start, prev_seq, crc = meta.log_offset, meta.last_sequence, meta.log_prefix_crc32
+            st.generation, st.gen_record_size = gen, gen_size
+            st.end, st.crc, st.last_seq = meta.log_offset, crc, meta.last_sequence
+            st.records, st.deleted_records = meta.record_count, meta.deleted_records
+            st.update_records, st.live_bytes = meta.update_records, meta.live_bytes
+        else:
+            self._messages.clear()
+            start, prev_seq, crc = 0, None, 0
+        scanner = LogScanner(fs, rfd, LOG_NAME, start, prev_seq, crc)
+        for offset, rtype, seq, payload in scanner.records():
+            self._replay(offset, rtype, seq, payload)
+        res = scanner.result
+        st.end, st.crc, st.records = res.end, res.crc, st.records + res.records
+        if res.incomplete_tail:
+            self._recovered_tail = True
+
+    def _replay(self, offset: int, rtype: int, seq: int, payload: bytes) -> None:
+        st = self._log
+        msgs = self._messages
+
+        def corrupt(why: str) -> CorruptStoreError:
+            return CorruptStoreError(f"{LOG_NAME}: corrupt record at offset {offset}: {why}")
+
+        size = HEADER_SIZE + len(payload)
+        if rtype == GENERATION:
+            if offset != 0:
+                raise corrupt("GENERATION record after the start of the log")
+            try:
+                st.generation = decode_generation(payload)
+            except ValueError as e:
+                raise corrupt("bad GENERATION payload") from e
+            st.gen_record_size = size
+        elif rtype == DEL:
+            try:
+                mid = payload.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise corrupt("DEL payload is not UTF-8") from e
+            old = msgs.pop(mid, None)
+            if old is None:
+                raise corrupt("DEL of a message that is not live")
+            st.live_bytes -= _record_size_of(old)
+            st.deleted_records += 1
+        else:
+            try:
+                m = decode_message(payload)
+            except (ValueError, KeyError, TypeError) as e:
+                raise corrupt("payload is not a message") from e
+            old = msgs.get(m.message_id)
+            if rtype == PUT:
+                if old is not None:
+                    raise corrupt("PUT of a message id that is already live")
+            else:  # UPDATE
+                if old is None:
+                    raise corrupt("UPDATE of a message that is not live")
+                st.live_bytes -= _record_size_of(old)
+                st.update_records += 1
+            msgs[m.message_id] = m
+            st.live_bytes += size
+        st.last_seq = seq
+
+    def _try_snapshot(
+        self, rfd: int, gen: int, gen_size: int, log_size: int
+    ) -> snap.SnapshotMeta | None:
+        """Load the snapshot into self._messages if it is usable; else None (full replay)."""
+        fs = self._fs
+        if not fs.exists(self._snap_path):
+            return None
+        try:
+            sfd = fs.open_read(self._snap_path)
+        except OSError:
+            self._snapshot_valid = False
+            return None
+        try:
+            try:
+                meta, size = snap.read_meta(fs, sfd)
+            except (snap.SnapshotError, OSError):
+                self._snapshot_valid = False
+                return None
+            if meta.generation != gen:
+                # A leftover of an interrupted compaction (or an older log): stale, never used,
+                # and removed once the open succeeds (it may hold content deleted since).
+                self._snapshot_valid = False
+                self._stale_snapshot = True
+                return None
+            if not gen_size <= meta.log_offset <= log_size or meta.last_sequence < 1:
+                self._snapshot_valid = False
+                return None
+            if _prefix_crc(fs, rfd, meta.log_offset) != meta.log_prefix_crc32:
+                # The log changed under the snapshot: the full replay will name the bad record.
+                self._snapshot_valid = False
+                return None
+            try:
+                self._messages.update(snap.read_body(fs, sfd, meta))
+            except (snap.SnapshotError, OSError):
+                self._messages.clear()
+                self._snapshot_valid = False
+                return None
+            self._snapshot_size = size
+            self._snapshot_at = (meta.generation, meta.log_offset)
+            return meta
+        finally:
+            if sfd >= 0:
+                with contextlib.suppress(OSError):
+                    fs.close(sfd)
+
+    # -- reading --------------------------------------------------------------------------
+
+    @property
+    def messages(self) -> Mapping[str, Message]:
+        """Live messages at their latest revision, in creation order. A read-only live view."""
+        return self._view
+
+    def get(self, message_id: str) -> Message | None:
+        return self._messages.get(message_id)
+
+    @property
+    def data_dir(self) -> str:
+        return self._dir
+
+    # -- writing --------------------------------------------------------------------------
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise StoreIOError("store: closed")
+        if self._failed:
+            raise StoreIOError(f"store: unusable after an earlier failure ({self._failed}); reopen")
+
+    def _fail(self, msg: str) -> None:
+        self._failed = self._failed or msg
+        self._last_error = msg
+
+    def _append(self, rtype: int, payload: bytes) -> int:
+        """Append one record (caller holds the write lock). Returns its sequence."""
+        self._check_writable()
+        st = self._log
+        seq = st.last_seq + 1
+        rec = encode_record(rtype, seq, payload)
+        try:
+            n = self._fs.write(self._fd, rec)
+        except OSError as e:
+            self._undo_append(st.end)
+            raise self._io_error(f"{LOG_NAME}: write failed at offset {st.end}", e) from e
+        if n != len(rec):
+            self._undo_append(st.end)
+            msg = f"{LOG_NAME}: short write at offset {st.end} ({n} of {len(rec)} bytes)"
+            self._last_error = msg
+            raise StoreIOError(msg)
+        st.crc = zlib.crc32(rec, st.crc)
+        st.end += len(rec)
+        st.last_seq = seq
+        st.records += 1
+        return seq
+
+    def _undo_append(self, end: int) -> None:
+        try:
+            self._fs.truncate(self._fd, end)
+        except OSError as e:
+            self._fail(
+                f"{LOG_NAME}: cannot truncate a failed write back to offset {end}: "
+                f"{e.strerror or e}"
+            )
+
+    def write_put(self, msg: Message) -> int:
+        msg = _canonical(msg)
+        payload = _payload_of(msg)
+        with self._write_lock:
+            if msg.message_id in self._messages:
+                raise ConflictError("message_id: a live message with this id already exists")
+            seq = self._append(PUT, payload)
+            self._messages[msg.message_id] = msg
+            self._log.live_bytes += HEADER_SIZE + len(payload)
+            return seq
+
+    def write_update(self, msg: Message) -> int:
+        msg = _canonical(msg)
+        payload = _payload_of(msg)
+        with self._write_lock:
+            old = self._messages.get(msg.message_id)
+            if old is None:
+                raise NotFoundError("message_id: no live message with this id")
+            seq = self._append(UPDATE, payload)
+            self._messages[msg.message_id] = msg
+            st = self._log
+            st.live_bytes += HEADER_SIZE + len(payload) - _record_size_of(old)
+            st.update_records += 1
+            return seq
+
+    def write_delete(self, message_id: str) -> int:
+        try:
+            payload = message_id.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValidationError("message_id: must be valid Unicode") from e
+        with self._write_lock:
+            old = self._messages.get(message_id)
+            if old is None:
+                raise NotFoundError("message_id: no live message with this id")
+            seq = self._append(DEL, payload)
+            del self._messages[message_id]
+            st = self._log
+            st.live_bytes -= _record_size_of(old)
+            st.deleted_records += 1
+            return seq
+
+    def sync(self, sequence: int) -> None:
+        """Return once every record up to `sequence` is fsynced (group commit)."""
+        cond = self._sync_cond
+        while True:
+            with cond:
+                while True:
+                    if self._synced_seq >= sequence:
+                        return
+                    if self._failed:
+                        raise StoreIOError(
+                            f"store: not durable after an earlier failure ({self._failed})"
+                        )
+                    if sequence > self._log.last_seq:
+                        raise InternalError("sequence: not written yet")
+                    if not self._leader:
+                        break
+                    cond.wait()
+                self._leader = True
+                target = self._log.last_seq
+                fd = self._fd
+            try:
+                self._fs.fsync(fd)
+            except OSError as e:
+                with cond:
+                    self._leader = False
+                    self._fail(f"{LOG_NAME}: fsync failed: {e.strerror or e}")
+                    cond.notify_all()
+                raise StoreIOError(self._last_error) from e
+            except BaseException:
+                with cond:
+                    self._leader = False
+                    cond.notify_all()
+                raise
+            with cond:
+                self._leader = False
+                if target > self._synced_seq:
+                    self._synced_seq = target
+                cond.notify_all()
+
+    def put(self, msg: Message) -> int:
+        seq = self.write_put(msg)
+        self.sync(seq)
+        return seq
+
+    def update(self, msg: Message) -> int:
+        seq = self.write_update(msg)
+        self.sync(seq)
+        return seq
+
+    def delete(self, message_id: str) -> int:
+        seq = self.write_delete(message_id)
+        self.sync(seq)
+        return seq
+
+    # -- snapshot and compaction ----------------------------------------------------------
+
+    def _write_snapshot_tmp(self, st: _LogState) -> tuple[str, int]:
+        """Write and fsync snapshot.bin.tmp describing `st` + the current messages."""
+        fs = self._fs
+        tmp = self._snap_path + TMP_SUFFIX
+        fd = fs.open_new(tmp)
+        try:
+            size = snap.write_snapshot_file(
+                fs,
+                fd,
+                self._messages.values(),
+                generation=st.generation,
+                log_offset=st.end,
+                log_prefix_crc32=st.crc,
+                last_sequence=st.last_seq,
+                record_count=st.records,
+                deleted_records=st.deleted_records,
+                update_records=st.update_records,
+                live_bytes=st.live_bytes,
+                count=len(self._messages),
+            )
+            fs.fsync(fd)
+        finally:
+            fs.close(fd)
+        return tmp, size
+
+    def _discard(self, *names: str) -> None:
+        for p in names:
+            with contextlib.suppress(OSError):
+                if self._fs.exists(p):
+                    self._fs.unlink(p)
+
+    def _write_snapshot(self) -> None:
+        """Atomically replace snapshot.bin with the current state (caller holds write lock)."""
+        st = self._log
+        tmp = self._snap_path + TMP_SUFFIX
+        try:
+            tmp, size = self._write_snapshot_tmp(st)
+            self._fs.replace(tmp, self._snap_path)
+            self._fs.fsync_dir(self._dir)
+        except OSError as e:
+            self._discard(tmp)
+            raise self._io_error(f"{SNAPSHOT_NAME}: cannot write", e) from e
+        self._snapshot_size = size
+        self._snapshot_at = (st.generation, st.end)
+        self._snapshot_valid = True
+
+    def _sync_all(self) -> None:
+        self.sync(self._log.last_seq)
+
+    def compact(self) -> CompactionResult:
+        """Rewrite the log with only live messages (new generation) and a fresh snapshot."""
+        fs = self._fs
+        with self._write_lock:
+            self._check_writable()
+            self._sync_all()
+            old = self._log
+            new = _LogState(generation=_new_generation(old.generation))
+            log_tmp = self._log_path + TMP_SUFFIX
+            snap_tmp = self._snap_path + TMP_SUFFIX
+            # 1. the new log, complete and fsynced, under a temporary name
+            try:
+                self._write_compacted_log(log_tmp, new)
+                snap_tmp, snap_size = self._write_snapshot_tmp(new)
+            except OSError as e:
+                self._discard(log_tmp, snap_tmp)
+                raise self._io_error("compaction: cannot write the new files", e) from e
+            # 2. swap the log (Windows: no handle may stay open on the replaced file)
+            try:
+                fs.close(self._fd)
+            except OSError as e:
+                self._fd = -1
+                self._discard(log_tmp, snap_tmp)
+                self._fail(f"{LOG_NAME}: cannot close: {e.strerror or e}")
+                raise StoreIOError(self._last_error) from e
+            self._fd = -1
+            try:
+                fs.replace(log_tmp, self._log_path)
+            except OSError as e:
+                self._discard(log_tmp, snap_tmp)
+                err = self._io_error("compaction: cannot replace the log", e)
+                self._reopen_log()
+                raise err from e
+            # The new log is in place: from here on it is the state, in memory too.
+            self._log = new
+            self._synced_seq = new.last_seq
+            self._snapshot_valid = False
+            self._snapshot_at = None
+            self._reopen_log()
+            try:
+                fs.fsync_dir(self._dir)
+            except OSError as e:
+                self._discard(snap_tmp)
+                # Without a durable rename, later appends could land in a log that a power
+                # loss rolls back: refuse further writes until reopen.
+                self._fail(f"compaction: cannot fsync the data dir: {e.strerror or e}")
+                raise StoreIOError(self._last_error) from e
+            # 3. the matching snapshot (an old-generation snapshot left by a crash here is
+            #    ignored and removed by the next open)
+            try:
+                fs.replace(snap_tmp, self._snap_path)
+                fs.fsync_dir(self._dir)
+            except OSError as e:
+                self._discard(snap_tmp, self._snap_path)
+                raise self._io_error("compaction: cannot replace the snapshot", e) from e
+            self._snapshot_size = snap_size
+            self._snapshot_at = (new.generation, new.end)
+            self._snapshot_valid = True
+            self._recovered_tail = False
+            return CompactionResult(
+                messages=len(self._messages),
+                records_removed=old.records - new.records,
+                bytes_before=old.end,
+                bytes_after=new.end,
+            )
+
+    def _reopen_log(self) -> None:
+        try:
+            self._fd = self._fs.open_append(self._log_path)
+        except OSError as e:
+            self._fd = -1
+            self._fail(f"{LOG_NAME}: cannot reopen for appending: {e.strerror or e}")
+
+    def _write_compacted_log(self, path: str, new: _LogState) -> None:
+        fs = self._fs
+        seq = self._log.last_seq + 1
+        rec = encode_record(GENERATION, seq, encode_generation(new.generation))
+        new.gen_record_size = len(rec)
+        parts = [rec]
+        pending = len(rec)
+        crc = zlib.crc32(rec)
+        end = len(rec)
+        live = 0
+        fd = fs.open_new(path)
+        try:
+            for m in self._messages.values():
+                seq += 1
+                r = encode_record(PUT, seq, encode_message(m))
+                parts.append(r)
+                pending += len(r)
+                crc = zlib.crc32(r, crc)
+                end += len(r)
+                live += len(r)
+                if pending >= _WRITE_BATCH:
+                    _write_exact(fs, fd, b"".join(parts))
+                    parts, pending = [], 0
+            if parts:
+                _write_exact(fs, fd, b"".join(parts))
+            fs.fsync(fd)
+        finally:
+            fs.close(fd)
+        new.end, new.crc, new.last_seq = end, crc, seq
+        new.records = 1 + len(self._messages)
+        new.live_bytes = live
+
+    # -- health and self-check ------------------------------------------------------------
+
+    def stats(self) -> StoreStats:
+        st = self._log
+        return StoreStats(
+            format_version=FORMAT_VERSION,
+            log_size=st.end,
+            snapshot_size=self._snapshot_size,
+            deleted_messages=st.deleted_records,
+            last_sequence=st.last_seq,
+            update_records=st.update_records,
+            dead_bytes=st.end - st.gen_record_size - st.live_bytes,
+            io=self._fs.counters(),
+            recovered_tail=self._recovered_tail,
+            snapshot_valid=self._snapshot_valid,
+            last_error=self._last_error,
+        )
+
+    def check(self) -> list[str]:
+        """Re-read the log and snapshot from disk and compare with memory. [] = consistent."""
+        with self._write_lock:
+            if self._closed:
+                return ["store: closed"]
+            try:
+                return self._check_locked()
+            except OSError as e:
+                return [f"check: cannot read the store files: {e.strerror or e}"]
+
+    def _check_locked(self) -> list[str]:
+        fs = self._fs
+        problems: list[str] = []
+        disk = Store.__new__(Store)
+        disk._messages = {}
+        disk._log = _LogState()
+        snap_meta: snap.SnapshotMeta | None = None
+        snap_state: list[tuple[str, Message]] | None = None
+        if fs.exists(self._snap_path):
+            sfd = fs.open_read(self._snap_path)
+            try:
+                snap_meta, _ = snap.read_meta(fs, sfd)
+                if snap_meta.generation == self._log.generation:
+                    snap_state = list(snap.read_body(fs, sfd, snap_meta).items())
+                else:
+                    problems.append(f"{SNAPSHOT_NAME}: generation does not match {LOG_NAME}")
+            except snap.SnapshotError as e:
+                problems.append(f"{SNAPSHOT_NAME}: unreadable: {e}")
+            finally:
+                fs.close(sfd)
+        rfd = fs.open_read(self._log_path)
+        at_snapshot: list[tuple[str, Message]] | None = None
+        try:
+            scanner = LogScanner(fs, rfd, LOG_NAME, 0, None)
+            try:
+                for offset, rtype, seq, payload in scanner.records():
+                    if offset == 0 and rtype != GENERATION:
+                        problems.append(f"{LOG_NAME}: does not start with a GENERATION record")
+                        return problems
+                    if snap_state is not None and snap_meta and offset == snap_meta.log_offset:
+                        at_snapshot = list(disk._messages.items())
+                    disk._replay(offset, rtype, seq, payload)
+                if (
+                    snap_state is not None
+                    and snap_meta
+                    and scanner.result.end == snap_meta.log_offset
+                ):
+                    at_snapshot = list(disk._messages.items())
+            except CorruptStoreError as e:
+                problems.append(str(e))
+                return problems
+            res = scanner.result
+        finally:
+            fs.close(rfd)
+        if res.incomplete_tail:
+            problems.append(f"{LOG_NAME}: incomplete record at offset {res.end}")
+        mine, theirs = self._log, disk._log
+        for name, a, b in (
+            ("log size", mine.end, res.end),
+            ("generation", mine.generation, theirs.generation),
+            ("last sequence", mine.last_seq, theirs.last_seq),
+            ("log CRC", mine.crc, res.crc),
+            ("record count", mine.records, res.records),
+            ("DEL records", mine.deleted_records, theirs.deleted_records),
+            ("UPDATE records", mine.update_records, theirs.update_records),
+            ("live bytes", mine.live_bytes, theirs.live_bytes),
+        ):
+            if a != b:
+                problems.append(f"{name}: memory has {a}, {LOG_NAME} has {b}")
+        if list(self._messages) != list(disk._messages):
+            problems.append(f"messages: ids or their order differ between memory and {LOG_NAME}")
+        else:
+            differing = sum(1 for k, v in self._messages.items() if disk._messages[k] != v)
+            if differing:
+                problems.append(f"messages: {differing} differ between memory and {LOG_NAME}")
+        if snap_state is not None and snap_meta is not None:
+            if at_snapshot is None:
+                problems.append(f"{SNAPSHOT_NAME}: offset is not a record boundary of {LOG_NAME}")
+            elif at_snapshot != snap_state:
+                problems.append(f"{SNAPSHOT_NAME}: content differs from {LOG_NAME} at its offset")
+        return problems
+
+    # -- closing --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flush, write a snapshot if the log moved on since the last one, release the lock."""
+        with self._write_lock:
+            if self._closed:
+                return
+            error: StoreIOError | None = None
+            try:
+                if not self._failed and self._fd >= 0:
+                    try:
+                        self._sync_all()
+                    except StoreIOError as e:
+                        error = e
+                    st = self._log
+                    if error is None and self._snapshot_at != (st.generation, st.end):
+                        # An optimisation only: the log is complete without it.
+                        with contextlib.suppress(StoreIOError):
+                            self._write_snapshot()
+            finally:
+                if self._fd >= 0:
+                    with contextlib.suppress(OSError):
+                        self._fs.close(self._fd)
+                    self._fd = -1
+                self._closed = True
+                self._lock.release()
+            if error is not None:
+                raise error
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _write_exact(fs: FileSystem, fd: int, data: bytes) -> None:
+    n = fs.write(fd, data)
+    if n != len(data):
+        raise OSError(f"short write ({n} of {len(data)} bytes)")
+
+
+def _prefix_crc(fs: FileSystem, fd: int, length: int) -> int:
+    fs.seek(fd, 0)
+    crc = 0
+    left = length
+    while left > 0:
+        chunk = fs.read(fd, min(left, 4 << 20))
+        if not chunk:
+            return -1
+        crc = zlib.crc32(chunk, crc)
+        left -= len(chunk)
+    return crc
