@@ -1,0 +1,54 @@
+"""Message ids: ULIDs from python-ulid, strictly increasing for the life of the data dir.
+
+python-ulid's own generator is monotonic only while its clock moves forward. This source keeps
+the last issued (timestamp, randomness) and never goes below it: within one millisecond, or when
+the clock steps back, it reuses the last timestamp and adds 1 to the randomness (carrying into
+the timestamp on the rare overflow). Seeded with the largest id in the store, so ids also
+increase across restarts. Callers serialise `next()` (the service calls it under its write lock).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+from ulid import ULID
+
+_RANDOM_BITS = 80
+_RANDOM_MAX = (1 << _RANDOM_BITS) - 1
+
+
+def utc_millis() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class UlidSource:
+    def __init__(
+        self,
+        clock: Callable[[], int] = utc_millis,
+        randomness: Callable[[int], bytes] = os.urandom,
+    ) -> None:
+        self._clock = clock
+        self._randomness = randomness
+        self._last = 0  # 128-bit integer value of the last id issued (or seen)
+
+    def observe(self, message_id: str) -> None:
+        """Never issue an id at or below `message_id` (an id already in the store)."""
+        value = int.from_bytes(ULID.from_str(message_id).bytes, "big")
+        if value > self._last:
+            self._last = value
+
+    def next(self) -> tuple[str, int]:
+        """A new id and its timestamp (UTC milliseconds, as encoded in the id)."""
+        now = self._clock()
+        last_ts = self._last >> _RANDOM_BITS
+        if now > last_ts:
+            rand = int.from_bytes(self._randomness(_RANDOM_BITS // 8), "big")
+            # Keep half of the randomness space for same-millisecond increments.
+            value = (now << _RANDOM_BITS) | (rand >> 1)
+        else:
+            value = self._last + 1
+        self._last = value
+        ulid = ULID.from_bytes(value.to_bytes(16, "big"))
+        return str(ulid), ulid.milliseconds

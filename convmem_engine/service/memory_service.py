@@ -1,0 +1,487 @@
+"""MemoryService: the seven memory operations of seed 000 over one store and its indexes.
+
+Each method takes the tool's arguments as keyword arguments (the tool reference's names and
+JSON types; `None` means omitted) and returns the tool's JSON-ready result dict, or raises the
+`ConvMemError` subclass carrying the seed's error code.
+
+Concurrency: a readers/writer lock. Reads share it. A write validates its arguments first (no
+lock), then, holding the lock alone, checks the current state, appends its record
+(`store.write_*`) and updates the indexes; it releases the lock and waits for durability with
+`store.sync(seq)` outside it, so concurrent writers share one fsync; then it publishes its
+ChangeEvent. A change is visible to readers from the moment it is applied, a moment before
+its fsync returns. `rebuild_index` holds the lock alone for the whole compaction and rebuild, so
+other requests wait.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from convmem_engine.domain import limits
+from convmem_engine.domain import validation as v
+from convmem_engine.domain.errors import (
+    ConflictError,
+    InternalError,
+    NotFoundError,
+    ValidationError,
+)
+from convmem_engine.domain.message import Message, Metadata, Relation
+from convmem_engine.index.history_index import HistoryIndex
+from convmem_engine.index.relation_index import RelationIndex
+from convmem_engine.index.search_index import SearchIndex
+from convmem_engine.service import views
+from convmem_engine.service.accounting import MessageAccounting, dict_table_bytes
+from convmem_engine.service.budget import Budget
+from convmem_engine.service.events import ChangeEvent, EventHub
+from convmem_engine.service.ids import UlidSource, utc_millis
+from convmem_engine.service.rwlock import RWLock
+from convmem_engine.storage import FileSystem, Store
+
+_RESULTS_RESERVE = len('{"results":[]}')
+
+
+class MemoryService:
+    def __init__(self, store: Store, *, clock: Callable[[], int] = utc_millis) -> None:
+        """Wrap an open store (prefer `MemoryService.open`). Builds every index."""
+        self._store = store
+        self._clock = clock
+        self._ids = UlidSource(clock)
+        self._lock = RWLock()
+        self._events = EventHub()
+        self._history = HistoryIndex()
+        self._relations = RelationIndex()
+        self._search = SearchIndex()
+        self._accounting = MessageAccounting()
+        self._closed = False
+        self._build_indexes()
+
+    @classmethod
+    def open(
+        cls,
+        data_dir: str | os.PathLike[str],
+        *,
+        fs: FileSystem | None = None,
+        clock: Callable[[], int] = utc_millis,
+    ) -> MemoryService:
+        """Open the store in `data_dir` and build the indexes.
+
+        Raises BusyError, CorruptStoreError or StoreIOError (from the store).
+        """
+        store = Store.open(data_dir, fs=fs)
+        try:
+            return cls(store, clock=clock)
+        except BaseException:
+            store.close()
+            raise
+
+    def close(self) -> None:
+        with self._lock.write():
+            if not self._closed:
+                self._closed = True
+                self._store.close()
+
+    def __enter__(self) -> MemoryService:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def subscribe(self, callback: Callable[[ChangeEvent], None]) -> Callable[[], None]:
+        """Call `callback` after each durable change (on the writer's thread); returns the
+        function that unsubscribes it. Callbacks must be quick and thread-safe."""
+        return self._events.subscribe(callback)
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _build_indexes(self) -> None:
+        messages = self._store.messages
+        self._history.clear()
+        self._relations.clear()
+        self._search.clear()
+        self._accounting.clear()
+        for msg in messages.values():
+            self._history.add(msg)
+            self._relations.add(msg)
+            self._search.add(msg)
+            self._accounting.add(msg)
+            # Creation order is id order, so the last id is normally the largest; observing
+            # every id keeps new ids above all of them whatever the log holds.
+            self._ids.observe(msg.message_id)
+
+    def _index_add(self, msg: Message) -> None:
+        self._history.add(msg)
+        self._relations.add(msg)
+        self._search.add(msg)
+        self._accounting.add(msg)
+
+    def _index_remove(self, msg: Message) -> None:
+        self._history.remove(msg)
+        self._relations.remove(msg)
+        self._search.remove(msg)
+        self._accounting.remove(msg)
+
+    def _index_replace(self, old: Message, new: Message) -> None:
+        self._history.replace(old, new)
+        self._relations.replace(old, new)
+        self._search.replace(old, new)
+        self._accounting.remove(old)
+        self._accounting.add(new)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InternalError("service: closed")
+
+    def _state(self) -> views.ReadState:
+        return views.ReadState(self._store.messages, self._history, self._relations)
+
+    def _check_relation_targets(
+        self,
+        relations: tuple[Relation, ...],
+        kept: tuple[Relation, ...],
+        self_id: str | None,
+        field: str,
+    ) -> None:
+        """A relation the caller adds must point at a live message other than the message
+        itself. Relations already on the message are kept as they are (their target may have
+        been deleted since; the context view shows it as deleted)."""
+        kept_targets = {r.message_id for r in kept}
+        for i, rel in enumerate(relations):
+            at = f"{field}.relations[{i}].message_id"
+            if rel.message_id == self_id:
+                raise ValidationError(f"{at}: must not refer to the message itself")
+            if rel.message_id in kept_targets:
+                continue
+            if self._store.get(rel.message_id) is None:
+                raise ValidationError(f"{at}: must refer to a live message")
+
+    def _finish(self, seq: int, event: ChangeEvent) -> None:
+        self._store.sync(seq)
+        self._events.publish(event)
+
+    # -- write_message -----------------------------------------------------------------------
+
+    def write_message(
+        self,
+        *,
+        session_id: object,
+        role: object,
+        content: object,
+        metadata_json: object = None,
+    ) -> dict[str, Any]:
+        sid = v.session_id(session_id)
+        role_ = v.role(role)
+        text = v.content(content)
+        metadata = v.metadata_json(metadata_json).apply()
+        with self._lock.write():
+            self._check_open()
+            self._check_relation_targets(metadata.relations, (), None, "metadata_json")
+            mid, ts = self._ids.next()
+            msg = Message(mid, sid, ts, role_, text, 1, ts, metadata)
+            seq = self._store.write_put(msg)
+            msg = self._store.get(mid) or msg  # the store may share its default metadata
+            self._index_add(msg)
+        self._finish(seq, ChangeEvent("write", mid, sid))
+        return {"status": "OK", "message": msg.to_json()}
+
+    # -- update_message ----------------------------------------------------------------------
+
+    def update_message(
+        self,
+        *,
+        message_id: object,
+        content: object = None,
+        metadata_json: object = None,
+        expected_revision: object = None,
+    ) -> dict[str, Any]:
+        mid = v.message_id(message_id)
+        text = None if content is None else v.content(content)
+        patch = None if metadata_json is None else v.metadata_json(metadata_json)
+        revision = v.expected_revision(expected_revision)
+        if text is None and patch is None:
+            raise ValidationError("content, metadata_json: at least one of them is required")
+        with self._lock.write():
+            self._check_open()
+            old = self._store.get(mid)
+            if old is None:
+                raise NotFoundError("message_id: no live message with this id")
+            if revision is not None and revision != old.revision:
+                raise ConflictError(
+                    "expected_revision: does not match the message's current revision"
+                )
+            metadata: Metadata = old.metadata if patch is None else patch.apply(old.metadata)
+            new_text = old.content if text is None else text
+            if metadata == old.metadata and new_text == old.content:
+                return {"status": "OK", "changed": False, "message": old.to_json()}
+            if metadata.relations != old.metadata.relations:
+                self._check_relation_targets(
+                    metadata.relations, old.metadata.relations, mid, "metadata_json"
+                )
+            new = Message(
+                old.message_id,
+                old.session_id,
+                old.timestamp,
+                old.role,
+                new_text,
+                old.revision + 1,
+                max(self._clock(), old.updated_at),
+                metadata,
+            )
+            seq = self._store.write_update(new)
+            new = self._store.get(mid) or new
+            self._index_replace(old, new)
+        self._finish(seq, ChangeEvent("update", mid, new.session_id))
+        return {"status": "OK", "changed": True, "message": new.to_json()}
+
+    # -- read_messages -----------------------------------------------------------------------
+
+    def read_messages(
+        self,
+        *,
+        view: object = None,
+        limit: object = None,
+        cursor: object = None,
+        session_id: object = None,
+        message_id: object = None,
+        content_offset: object = None,
+        content_limit: object = None,
+        expected_revision: object = None,
+        before: object = None,
+        after: object = None,
+        relation_depth: object = None,
+        relation_types_json: object = None,
+    ) -> dict[str, Any]:
+        """Every argument given is validated (type and range) whatever the view; arguments
+        another view uses are then ignored. A cursor is only valid for the view (and session)
+        that returned it."""
+        view_ = v.view(view)
+        limit_ = v.optional_integer(
+            limit,
+            "limit",
+            lo=limits.READ_LIMIT_MIN,
+            hi=limits.READ_LIMIT_MAX,
+            default=limits.READ_LIMIT_DEFAULT,
+        )
+        sid = None if session_id is None else v.session_id(session_id)
+        mid = None if message_id is None else v.message_id(message_id)
+        offset = v.optional_integer(content_offset, "content_offset", lo=0, hi=None, default=0)
+        chunk = v.optional_integer(
+            content_limit,
+            "content_limit",
+            lo=limits.CONTENT_LIMIT_MIN,
+            hi=limits.CONTENT_LIMIT_MAX,
+            default=limits.CONTENT_LIMIT_DEFAULT,
+        )
+        revision = v.expected_revision(expected_revision)
+        before_ = v.optional_integer(
+            before,
+            "before",
+            lo=0,
+            hi=limits.CONTEXT_NEIGHBOURS_MAX,
+            default=limits.CONTEXT_NEIGHBOURS_DEFAULT,
+        )
+        after_ = v.optional_integer(
+            after,
+            "after",
+            lo=0,
+            hi=limits.CONTEXT_NEIGHBOURS_MAX,
+            default=limits.CONTEXT_NEIGHBOURS_DEFAULT,
+        )
+        depth = v.optional_integer(
+            relation_depth,
+            "relation_depth",
+            lo=0,
+            hi=limits.RELATION_DEPTH_MAX,
+            default=limits.RELATION_DEPTH_DEFAULT,
+        )
+        types = v.relation_types_json(relation_types_json)
+        cursor_ = None if cursor is None else v.require_str(cursor, "cursor")
+        if cursor_ is not None and view_ in ("content", "context"):
+            raise ValidationError(f"cursor: the {view_} view does not page")
+        if view_ == "history" and sid is None:
+            raise ValidationError("session_id: is required for the history view")
+        if view_ in ("content", "context") and mid is None:
+            raise ValidationError(f"message_id: is required for the {view_} view")
+        with self._lock.read():
+            self._check_open()
+            state = self._state()
+            if view_ == "history":
+                assert sid is not None
+                return views.history(state, sid, limit_, cursor_)
+            if view_ == "content":
+                assert mid is not None
+                return views.content(state, mid, offset, chunk, revision)
+            if view_ == "context":
+                assert mid is not None
+                return views.context(state, mid, before_, after_, depth, types)
+            return views.sessions(state, limit_, cursor_)
+
+    # -- search_messages ---------------------------------------------------------------------
+
+    def search_messages(
+        self,
+        *,
+        query: object,
+        session_id: object = None,
+        filters_json: object = None,
+        min_importance: object = None,
+        context_size: object = None,
+        limit: object = None,
+    ) -> dict[str, Any]:
+        q = v.query(query)
+        sid = None if session_id is None else v.session_id(session_id)
+        filters = v.filters_json(filters_json)
+        floor = v.optional_integer(
+            min_importance,
+            "min_importance",
+            lo=limits.IMPORTANCE_MIN,
+            hi=limits.IMPORTANCE_MAX,
+            default=limits.IMPORTANCE_MIN,
+        )
+        ctx = v.optional_integer(
+            context_size, "context_size", lo=0, hi=limits.SEARCH_CONTEXT_MAX, default=0
+        )
+        limit_ = v.optional_integer(
+            limit,
+            "limit",
+            lo=limits.SEARCH_LIMIT_MIN,
+            hi=limits.SEARCH_LIMIT_MAX,
+            default=limits.SEARCH_LIMIT_DEFAULT,
+        )
+
+        accept: Callable[[Message], bool] | None = None
+        if sid is not None or floor > limits.IMPORTANCE_MIN or not filters.empty:
+
+            def accept(msg: Message) -> bool:
+                return (
+                    (sid is None or msg.session_id == sid)
+                    and msg.metadata.importance >= floor
+                    and filters.accepts(msg.metadata)
+                )
+
+        with self._lock.read():
+            self._check_open()
+            messages = self._store.messages
+            hits = self._search.search(q, messages, accept=accept, limit=limit_)
+            budget = Budget(_RESULTS_RESERVE)
+            results: list[dict[str, Any]] = []
+            for hit in hits:
+                msg = messages[hit.message_id]
+                item = msg.to_json()
+                item["score"] = hit.score
+                item["score_breakdown"] = dict(hit.score_breakdown)
+                item["matched_fields"] = list(hit.matched_fields)
+                item["relation_count"] = len(
+                    msg.metadata.relations
+                ) + self._relations.incoming_count(msg.message_id)
+                if ctx > 0:
+                    before_ids, after_ids = self._history.neighbours(
+                        msg.session_id, msg.message_id, ctx, ctx
+                    )
+                    item["context_preview"] = {
+                        "before": [messages[i].to_json() for i in before_ids],
+                        "after": [messages[i].to_json() for i in after_ids],
+                    }
+                if not budget.take(item):
+                    break
+                results.append(item)
+        return {"results": results}
+
+    # -- delete_message ----------------------------------------------------------------------
+
+    def delete_message(self, *, message_id: object, session_id: object = None) -> dict[str, Any]:
+        mid = v.message_id(message_id)
+        guard = None if session_id is None else v.session_id(session_id)
+        with self._lock.write():
+            self._check_open()
+            msg = self._store.get(mid)
+            if msg is None or (guard is not None and msg.session_id != guard):
+                return {"status": "NOT_FOUND"}
+            seq = self._store.write_delete(mid)
+            self._index_remove(msg)
+        self._finish(seq, ChangeEvent("delete", mid, msg.session_id))
+        return {"status": "OK"}
+
+    # -- rebuild_index -----------------------------------------------------------------------
+
+    def rebuild_index(self) -> dict[str, Any]:
+        with self._lock.write():
+            self._check_open()
+            result = self._store.compact()
+            self._build_indexes()
+            indexed = len(self._store.messages)
+        self._events.publish(ChangeEvent("rebuild", None, None))
+        return {
+            "status": "OK",
+            "messages_indexed": indexed,
+            "records_removed": result.records_removed,
+            "bytes_before": result.bytes_before,
+            "bytes_after": result.bytes_after,
+        }
+
+    # -- get_system_health -------------------------------------------------------------------
+
+    def get_system_health(self) -> dict[str, Any]:
+        with self._lock.read():
+            self._check_open()
+            stats = self._store.stats()
+            acc = self._accounting
+            store_entries = acc.entry_bytes + dict_table_bytes(acc.entries)
+            search_bytes = self._search.memory_bytes()
+            history_bytes = self._history.memory_bytes()
+            relation_bytes = self._relations.memory_bytes()
+            estimate = {
+                "total_bytes": store_entries
+                + acc.body_bytes
+                + acc.metadata_bytes
+                + search_bytes
+                + history_bytes
+                + relation_bytes,
+                "store_entries_bytes": store_entries,
+                "body_bytes": acc.body_bytes,
+                "metadata_bytes": acc.metadata_bytes,
+                "search_index_bytes": search_bytes,
+                "history_index_bytes": history_bytes,
+                "relation_index_bytes": relation_bytes,
+            }
+            return {
+                "status": "DEGRADED" if stats.last_error else "OK",
+                "format_version": stats.format_version,
+                "log_size": stats.log_size,
+                "snapshot_size": stats.snapshot_size,
+                "active_messages": len(self._store.messages),
+                "session_count": self._history.session_count(),
+                "deleted_messages": stats.deleted_messages,
+                "last_sequence": stats.last_sequence,
+                "update_records": stats.update_records,
+                "dead_bytes": stats.dead_bytes,
+                "memory_estimate": estimate,
+                "io": stats.io.to_json(),
+                "recovered_tail": stats.recovered_tail,
+                "snapshot_valid": stats.snapshot_valid,
+                "last_error": stats.last_error,
+            }
+
+    # -- for tests and tools -----------------------------------------------------------------
+
+    def check(self) -> list[str]:
+        """Self-check: the store against its files, and every index against a fresh build."""
+        with self._lock.read():
+            problems = list(self._store.check())
+            messages = list(self._store.messages.values())
+            fresh_history = HistoryIndex()
+            fresh_history.build(messages)
+            for sid in {m.session_id for m in messages}:
+                a = self._history.session(sid)
+                b = fresh_history.session(sid)
+                if a is None or b is None or a.ids != b.ids or a.kind_counts != b.kind_counts:
+                    problems.append("history index: session differs from a fresh build")
+                    break
+            if self._history.session_count() != fresh_history.session_count():
+                problems.append("history index: session count differs from a fresh build")
+            fresh_relations = RelationIndex()
+            fresh_relations.build(messages)
+            if not fresh_relations.same_as(self._relations):
+                problems.append("relation index: differs from a fresh build")
+            return problems
