@@ -1,0 +1,282 @@
+"""One MCP session over any byte stream of newline-delimited JSON-RPC.
+
+The SDK's own stdio transport drops lines it cannot parse without answering; a host waiting
+for that reply would hang. Here every line gets an answer or is served:
+
+- a line that is not UTF-8 or not JSON: JSON-RPC parse error (-32700, id null);
+- JSON that is not a JSON-RPC 2.0 message (or a batch): invalid request (-32600), with the
+  request's id when one can be read;
+- a line longer than `MAX_LINE_BYTES`: never buffered whole; its bytes are skipped up to the
+  next newline and it gets an invalid-request error (-32600) carrying the request's id when the
+  id appears before "params" in the first bytes (every SDK client writes it there), else null.
+
+After each of these the session goes on with the next line. At end of input the session first
+waits (up to `DRAIN_SECONDS`) for answers to the requests it has already read, then ends: a
+client that writes a request and closes its side still gets the answer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, Protocol
+
+import anyio
+import anyio.abc
+import mcp_types as types
+import pydantic
+from mcp.shared.message import SessionMessage
+
+from convmem_engine.domain import limits as L
+from mcp.server import Server
+
+logger = logging.getLogger(__name__)
+
+MAX_LINE_BYTES: Final = 6 * (L.CONTENT_MAX_BYTES + L.METADATA_JSON_MAX_BYTES) + L.MIB
+"""13 MiB. The largest valid request is a write or update with 1 MiB of content and 1 MiB of
+metadata_json in which every byte is escaped as \\u00XX (6 bytes each): 12 MiB plus framing."""
+
+READ_CHUNK_BYTES: Final = 64 * 1024
+DRAIN_SECONDS: Final = 60.0
+HEAD_BYTES: Final = 4096
+
+PARSE_ERROR: Final = -32700
+INVALID_REQUEST: Final = -32600
+
+Send = Callable[[bytes], Awaitable[None]]
+ReadChunk = Callable[[], Awaitable[bytes]]
+
+
+class ByteReader(Protocol):
+    """What `serve_lines` reads from: an `asyncio.StreamReader` or anything alike."""
+
+    async def read(self, n: int = -1) -> bytes: ...
+
+
+_ID_IN_HEAD = re.compile(rb'"id"\s*:\s*("(?:[^"\\]|\\.){0,256}"|-?\d{1,19})\s*[,}]')
+
+
+def error_line(request_id: str | int | None, code: int, message: str) -> bytes:
+    """A complete JSON-RPC error response line."""
+    body = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+    return json.dumps(body, separators=(",", ":")).encode() + b"\n"
+
+
+def _request_id(value: object) -> str | int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str | int):
+        return value
+    return None
+
+
+def _id_from_head(head: bytes) -> str | int | None:
+    """The id of an oversized request, if it shows before "params" in its first bytes."""
+    cut = head.find(b'"params"')
+    match = _ID_IN_HEAD.search(head if cut < 0 else head[:cut])
+    if match is None:
+        return None
+    try:
+        return _request_id(json.loads(match.group(1)))
+    except ValueError:
+        return None
+
+
+class _LineSession:
+    def __init__(self, server: Server[Any], send: Send, max_line_bytes: int) -> None:
+        self.server = server
+        self.send = send
+        self.max_line_bytes = max_line_bytes
+        self.send_lock = anyio.Lock()
+        self.broken = False
+        self.pending: Counter[str | int] = Counter()
+        self.settled = anyio.Event()
+        self.to_server, self.server_reads = anyio.create_memory_object_stream[
+            SessionMessage | Exception
+        ](0)
+        self.server_writes, self.from_server = anyio.create_memory_object_stream[SessionMessage](0)
+        self.scope: anyio.CancelScope | None = None
+
+    async def write(self, data: bytes) -> None:
+        async with self.send_lock:
+            if self.broken:
+                return
+            try:
+                await self.send(data)
+            except Exception as exc:  # the peer is gone: end the session
+                logger.debug("session output closed: %s", type(exc).__name__)
+                self.broken = True
+                if self.scope is not None:
+                    self.scope.cancel()
+
+    def _settle(self, request_id: str | int | None) -> None:
+        if request_id is None:
+            return
+        key = request_id
+        if self.pending[key] > 0:
+            self.pending[key] -= 1
+            if self.pending[key] == 0:
+                del self.pending[key]
+        if not self.pending:
+            self.settled.set()
+
+    async def writer(self) -> None:
+        async with self.from_server:
+            async for item in self.from_server:
+                message = item.message
+                data = message.model_dump_json(by_alias=True, exclude_unset=True).encode()
+                await self.write(data + b"\n")
+                if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
+                    self._settle(message.id)
+
+    async def handle_line(self, line: bytes) -> None:
+        line = line.strip()
+        if not line:
+            return
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError:
+            await self.write(error_line(None, PARSE_ERROR, "Parse error: line is not valid UTF-8"))
+            return
+        try:
+            message = types.jsonrpc_message_adapter.validate_json(text, by_name=False)
+        except pydantic.ValidationError as exc:
+            await self.reject(text, exc)
+            return
+        if isinstance(message, types.JSONRPCRequest):
+            self.pending[message.id] += 1
+            self.settled = anyio.Event()
+        elif isinstance(message, types.JSONRPCNotification) and (
+            message.method == "notifications/cancelled"
+        ):
+            params = message.params or {}
+            self._settle(_request_id(params.get("requestId")))
+        await self.to_server.send(SessionMessage(message))
+
+    async def reject(self, text: str, exc: pydantic.ValidationError) -> None:
+        if any(error["type"] == "json_invalid" for error in exc.errors()):
+            await self.write(error_line(None, PARSE_ERROR, "Parse error: line is not valid JSON"))
+            return
+        try:
+            value = json.loads(text)
+        except ValueError:
+            await self.write(error_line(None, PARSE_ERROR, "Parse error: line is not valid JSON"))
+            return
+        if isinstance(value, list):
+            message = "Invalid Request: batches are not supported; send one message per line"
+            await self.write(error_line(None, INVALID_REQUEST, message))
+            return
+        request_id = _request_id(value.get("id")) if isinstance(value, dict) else None
+        message = (
+            "Invalid Request: not a JSON-RPC 2.0 message "
+            '(needs "jsonrpc": "2.0" and a method, or a result or error)'
+        )
+        await self.write(error_line(request_id, INVALID_REQUEST, message))
+
+    async def oversized(self, head: bytes) -> None:
+        message = (
+            f"Invalid Request: message line exceeds the limit of {self.max_line_bytes} bytes; "
+            "it was discarded unread"
+        )
+        await self.write(error_line(_id_from_head(head), INVALID_REQUEST, message))
+
+    async def read_lines(self, read_chunk: ReadChunk) -> None:
+        buffer = bytearray()
+        scanned = 0  # bytes of `buffer` known to hold no newline
+        skipping = False  # inside an oversized line, dropping bytes up to its newline
+        head = b""
+        while True:
+            try:
+                chunk = await read_chunk()
+            except (OSError, EOFError) as exc:
+                logger.debug("session input closed: %s", type(exc).__name__)
+                chunk = b""
+            if not chunk:
+                break
+            if skipping:
+                newline = chunk.find(b"\n")
+                if newline < 0:
+                    continue
+                skipping = False
+                await self.oversized(head)
+                chunk = chunk[newline + 1 :]
+            buffer += chunk
+            start = 0
+            while True:
+                newline = buffer.find(b"\n", max(start, scanned))
+                if newline < 0:
+                    break
+                line = bytes(buffer[start:newline])
+                start = newline + 1
+                scanned = 0
+                if len(line) > self.max_line_bytes:
+                    await self.oversized(line[:HEAD_BYTES])
+                else:
+                    await self.handle_line(line)
+            del buffer[:start]
+            scanned = len(buffer)
+            if len(buffer) > self.max_line_bytes:
+                head = bytes(buffer[:HEAD_BYTES])
+                buffer.clear()
+                scanned = 0
+                skipping = True
+        if skipping:
+            await self.oversized(head)
+        elif buffer.strip():
+            await self.handle_line(bytes(buffer))
+
+    async def drain(self) -> None:
+        if not self.pending or self.broken:
+            return
+        with anyio.move_on_after(DRAIN_SECONDS) as scope:
+            while self.pending and not self.broken:
+                await self.settled.wait()
+        if scope.cancelled_caught:
+            logger.warning("input ended with %d request(s) still unanswered", len(self.pending))
+
+    async def run(self, read_chunk: ReadChunk) -> None:
+        options = self.server.create_initialization_options()
+        async with anyio.create_task_group() as tg:
+            self.scope = tg.cancel_scope
+            tg.start_soon(self.server.run, self.server_reads, self.server_writes, options)
+            tg.start_soon(self.writer)
+            try:
+                async with self.to_server:
+                    await self.read_lines(read_chunk)
+                    await self.drain()
+            finally:
+                self.to_server.close()
+
+
+async def serve_chunks(
+    server: Server[Any],
+    read_chunk: ReadChunk,
+    send: Send,
+    *,
+    max_line_bytes: int = MAX_LINE_BYTES,
+) -> None:
+    """Serve one MCP session; `read_chunk()` returns the next bytes, b"" at end of input."""
+    await _LineSession(server, send, max_line_bytes).run(read_chunk)
+
+
+async def serve_lines(
+    server: Server[Any],
+    reader: ByteReader,
+    send: Send,
+    *,
+    max_line_bytes: int = MAX_LINE_BYTES,
+) -> None:
+    """Serve one MCP session over an `asyncio.StreamReader` (or anything with `async read(n)`).
+
+    `send` gets complete lines (bytes ending in b"\\n"), one call at a time. Returns when the
+    reader reaches end of input and the requests already read are answered, or when `send`
+    fails (the peer is gone). Any number may run at once over one server.
+    """
+
+    async def read_chunk() -> bytes:
+        return await reader.read(READ_CHUNK_BYTES)
+
+    await serve_chunks(server, read_chunk, send, max_line_bytes=max_line_bytes)

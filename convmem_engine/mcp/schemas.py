@@ -1,0 +1,447 @@
+"""The seven tools as a model sees them: names, descriptions, strict JSON Schemas, annotations.
+
+Every bound comes from `convmem_engine.domain.limits`. String limits in the tool reference are
+UTF-8 bytes; JSON Schema can only count characters, so `maxLength` is the byte limit (a string
+with more characters than that certainly has more bytes) and the service checks the exact bytes.
+The schemas stay flat (no top-level `oneOf`/`if`): some hosts refuse anything else. Rules that
+depend on `view` (which parameters each view needs) are checked by the service.
+
+`docs/tools.md` is generated from this module by `scripts/gen_tools_doc.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+from convmem_engine.domain import limits as L
+from convmem_engine.domain.message import MEMORY_KINDS, MEMORY_TIERS, RELATION_TYPES, ROLES
+
+SERVER_NAME: Final = "convmem"
+
+ULID_PATTERN: Final = "^[0-7][0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{25}$"
+"""A 26-character ULID in Crockford base32 (case-insensitive, first character 0-7)."""
+
+READ_VIEWS: Final = ("history", "content", "context", "sessions")
+
+INSTRUCTIONS: Final = f"""\
+ConvMem is a durable, local memory for conversations. Everything you write is on disk before the
+call returns and stays until it is deleted; nothing leaves this machine.
+
+How to use it well:
+- Store what will matter later, not every turn: decisions, facts about the user or project,
+  preferences, procedures that worked, summaries of long exchanges. Use write_message with one
+  stable session_id per conversation or project, and set metadata_json: memory_kind
+  (conversation, episode, semantic, procedure, preference, summary), importance 0-100 (default
+  50), tags, a short summary, and relations to the messages a memory came from.
+- Before answering from memory, search: search_messages finds words and phrases in content,
+  summary and tags (substring matching, any language). Narrow with filters_json
+  (kinds/tiers/tags), session_id and min_importance; ask for context_size 1-3 to see neighbours.
+- To look around a hit, use read_messages with view "context" (neighbours in its session and its
+  relations). Use view "history" to replay one session in order and view "sessions" to see which
+  sessions exist. Page with the returned nextCursor until it is absent.
+- Long content: results may be shortened to stay under about {L.RESPONSE_BUDGET_BYTES // L.MIB} MiB.
+  Read one message in pieces with view "content": pass content_offset = next_content_offset and
+  expected_revision = the revision you first saw, until complete is true.
+- Correct memories with update_message rather than writing duplicates; pass expected_revision to
+  avoid overwriting a change you have not seen (CONFLICT means re-read, then retry). Consolidate:
+  write a summary message with source_message_ids and a derived_from relation, then lower the
+  tier or delete what it replaces.
+- delete_message hides a message at once; rebuild_index then removes deleted text from disk.
+  Delete only when asked or when a memory is wrong; never rebuild without need.
+- Every result is JSON text. On failure isError is true and error.code is one of
+  VALIDATION_ERROR, NOT_FOUND, CONFLICT, BUSY, IO_ERROR, CORRUPT_STORE, INTERNAL_ERROR;
+  error.message names the parameter and the rule. Fix the call instead of repeating it.
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """One tool: what `tools/list` shows and which MemoryService method serves it."""
+
+    name: str
+    title: str
+    description: str
+    input_schema: dict[str, Any]
+    read_only: bool
+    destructive: bool
+    idempotent: bool
+
+    @property
+    def method(self) -> str:
+        """The MemoryService method: named after the tool."""
+        return self.name
+
+
+def _object(
+    properties: dict[str, dict[str, Any]], required: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": properties,
+        "additionalProperties": False,
+    }
+    if required:
+        schema["required"] = list(required)
+    return schema
+
+
+def _text(description: str, max_bytes: int, *, min_bytes: int = 0) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string", "description": description}
+    if min_bytes:
+        schema["minLength"] = min_bytes
+    schema["maxLength"] = max_bytes
+    return schema
+
+
+def _json_text(description: str, max_bytes: int | None = None) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string", "description": description}
+    if max_bytes is not None:
+        schema["maxLength"] = max_bytes
+    return schema
+
+
+def _integer(
+    description: str, minimum: int, maximum: int | None, default: int | None
+) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "integer", "description": description, "minimum": minimum}
+    if maximum is not None:
+        schema["maximum"] = maximum
+    if default is not None:
+        schema["default"] = default
+    return schema
+
+
+def _message_id(description: str) -> dict[str, Any]:
+    return {
+        "type": "string",
+        "description": description,
+        "minLength": L.ULID_LENGTH,
+        "maxLength": L.ULID_LENGTH,
+        "pattern": ULID_PATTERN,
+    }
+
+
+def _session_id(description: str) -> dict[str, Any]:
+    return _text(description, L.SESSION_ID_MAX_BYTES, min_bytes=1)
+
+
+def _expected_revision(description: str) -> dict[str, Any]:
+    return _integer(description, L.EXPECTED_REVISION_MIN, None, None)
+
+
+_METADATA_FIELDS: Final = (
+    f"tool_call_id (string, at most {L.TOOL_CALL_ID_MAX_BYTES} bytes); "
+    f"tags (array of at most {L.TAGS_MAX_ITEMS} non-empty strings, {L.TAG_MAX_BYTES} bytes each); "
+    f"memory_tier ({' | '.join(MEMORY_TIERS)}, default short); "
+    f"memory_kind ({' | '.join(MEMORY_KINDS)}, default conversation); "
+    f"importance (integer {L.IMPORTANCE_MIN}-{L.IMPORTANCE_MAX}, default 50); "
+    f"summary (string, at most {L.SUMMARY_MAX_BYTES} bytes; empty means unset); "
+    f"relations (at most {L.RELATIONS_MAX_ITEMS} objects "
+    f'{{"type": {" | ".join(RELATION_TYPES)}, "message_id": ULID}}); '
+    f"source_message_ids (at most {L.SOURCE_IDS_MAX_ITEMS} ULIDs)"
+)
+
+WRITE_MESSAGE = ToolSpec(
+    name="write_message",
+    title="Write a memory",
+    description=(
+        "Store a new message in long-term memory. It is written to disk (fsync) before this "
+        "returns, and the result carries the stored message with its new message_id (a 26-char "
+        "ULID), timestamp and revision 1.\n"
+        "Use it for anything worth recalling in a later conversation: decisions, facts, "
+        "preferences, procedures, summaries. Keep one session_id per conversation or project.\n"
+        f"Limits: session_id 1-{L.SESSION_ID_MAX_BYTES} UTF-8 bytes; content 1 byte to "
+        f"{L.CONTENT_MAX_BYTES // L.MIB} MiB of UTF-8 text.\n"
+        "metadata_json is a JSON object encoded as a string, e.g. "
+        '"{\\"memory_kind\\":\\"semantic\\",\\"importance\\":80,\\"tags\\":[\\"project\\"]}". '
+        f"Fields: {_METADATA_FIELDS}."
+    ),
+    input_schema=_object(
+        {
+            "session_id": _session_id(
+                "The conversation or project this message belongs to "
+                f"(1-{L.SESSION_ID_MAX_BYTES} UTF-8 bytes)."
+            ),
+            "role": {
+                "type": "string",
+                "enum": list(ROLES),
+                "description": "Who said it: user, assistant or system.",
+            },
+            "content": _text(
+                f"The message text (1 byte to {L.CONTENT_MAX_BYTES // L.MIB} MiB of UTF-8).",
+                L.CONTENT_MAX_BYTES,
+                min_bytes=1,
+            ),
+            "metadata_json": _json_text(
+                "Optional metadata: a JSON object as a string (default {}). " + _METADATA_FIELDS,
+                L.METADATA_JSON_MAX_BYTES,
+            ),
+        },
+        required=("session_id", "role", "content"),
+    ),
+    read_only=False,
+    destructive=False,
+    idempotent=False,
+)
+
+UPDATE_MESSAGE = ToolSpec(
+    name="update_message",
+    title="Update a memory",
+    description=(
+        "Change the content and/or metadata of an existing message; its message_id, session, "
+        "role and creation time stay. Give at least one of content and metadata_json. "
+        "metadata_json holds only the fields to change; fields it omits keep their values. "
+        "Updating to identical values is a no-op (changed: false, revision unchanged). "
+        "Otherwise revision goes up by one and the change is on disk before this returns.\n"
+        "Pass expected_revision (the revision you last read) to make the update conditional: "
+        "if someone changed the message since, you get CONFLICT and nothing is written; re-read "
+        "and decide again. Unknown or deleted message_id gives NOT_FOUND.\n"
+        f"Limits: content at most {L.CONTENT_MAX_BYTES // L.MIB} MiB. "
+        f"Metadata fields: {_METADATA_FIELDS}."
+    ),
+    input_schema=_object(
+        {
+            "message_id": _message_id("The message to change (26-character ULID)."),
+            "content": _text(
+                f"New content (1 byte to {L.CONTENT_MAX_BYTES // L.MIB} MiB of UTF-8).",
+                L.CONTENT_MAX_BYTES,
+                min_bytes=1,
+            ),
+            "metadata_json": _json_text(
+                "Metadata fields to change: a JSON object as a string. " + _METADATA_FIELDS,
+                L.METADATA_JSON_MAX_BYTES,
+            ),
+            "expected_revision": _expected_revision(
+                "Only update if the message is still at this revision (else CONFLICT)."
+            ),
+        },
+        required=("message_id",),
+    ),
+    read_only=False,
+    destructive=True,
+    idempotent=True,
+)
+
+READ_MESSAGES = ToolSpec(
+    name="read_messages",
+    title="Read memories",
+    description=(
+        "Read stored messages. Choose a view (default history):\n"
+        "- history: the live messages of one session in creation order. Needs session_id. "
+        f"Returns {{history: [...], nextCursor?}}; limit {L.READ_LIMIT_MIN}-{L.READ_LIMIT_MAX} "
+        f"(default {L.READ_LIMIT_DEFAULT}).\n"
+        "- sessions: every session with message_count, kind_counts, representative_summary, "
+        "started_at and last_message_at, in a stable order. Returns {sessions: [...], "
+        "nextCursor?}.\n"
+        "- context: one message (message_id) with before/after neighbours from its session "
+        f"(0-{L.CONTEXT_NEIGHBOURS_MAX} each, default {L.CONTEXT_NEIGHBOURS_DEFAULT}) and its "
+        f"relations up to relation_depth (0-{L.RELATION_DEPTH_MAX}, default "
+        f"{L.RELATION_DEPTH_DEFAULT}), optionally only relation_types_json (a JSON array as a "
+        f'string, e.g. "[\\"derived_from\\"]"). At most {L.CONTEXT_MAX_MESSAGES} messages; '
+        "truncated tells you when more exist.\n"
+        "- content: a byte range of one message's content (message_id), for content too long "
+        f"for one result. content_limit {L.CONTENT_LIMIT_MIN}-{L.CONTENT_LIMIT_MAX} bytes "
+        f"(default {L.CONTENT_LIMIT_DEFAULT}). While complete is false, call again with "
+        "content_offset = next_content_offset and expected_revision = the revision from the "
+        "first piece (CONFLICT means it changed meanwhile: start again).\n"
+        "Paging: when a result has nextCursor, pass it back as cursor with the same other "
+        "arguments to get the next page; no nextCursor means you have everything. Results stop "
+        f"early to stay under about {L.RESPONSE_BUDGET_BYTES // L.MIB} MiB. "
+        "Unknown or deleted message_id gives NOT_FOUND. Reading never changes anything."
+    ),
+    input_schema=_object(
+        {
+            "view": {
+                "type": "string",
+                "enum": list(READ_VIEWS),
+                "default": "history",
+                "description": "Which view to read: history, content, context or sessions.",
+            },
+            "limit": _integer(
+                "history and sessions: most items in one page.",
+                L.READ_LIMIT_MIN,
+                L.READ_LIMIT_MAX,
+                L.READ_LIMIT_DEFAULT,
+            ),
+            "cursor": {
+                "type": "string",
+                "description": "history and sessions: the nextCursor of the previous page "
+                "(opaque; pass it back unchanged).",
+            },
+            "session_id": _session_id("history: the session to read (required for history)."),
+            "message_id": _message_id(
+                "content and context: the message to read (required for those views)."
+            ),
+            "content_offset": _integer(
+                "content: UTF-8 byte offset to start at (0, the end, or a character boundary).",
+                0,
+                None,
+                0,
+            ),
+            "content_limit": _integer(
+                "content: target piece size in bytes.",
+                L.CONTENT_LIMIT_MIN,
+                L.CONTENT_LIMIT_MAX,
+                L.CONTENT_LIMIT_DEFAULT,
+            ),
+            "expected_revision": _expected_revision(
+                "content: fail with CONFLICT unless the message is at this revision."
+            ),
+            "before": _integer(
+                "context: neighbours before the message in its session.",
+                0,
+                L.CONTEXT_NEIGHBOURS_MAX,
+                L.CONTEXT_NEIGHBOURS_DEFAULT,
+            ),
+            "after": _integer(
+                "context: neighbours after the message in its session.",
+                0,
+                L.CONTEXT_NEIGHBOURS_MAX,
+                L.CONTEXT_NEIGHBOURS_DEFAULT,
+            ),
+            "relation_depth": _integer(
+                "context: how many relation hops to follow.",
+                0,
+                L.RELATION_DEPTH_MAX,
+                L.RELATION_DEPTH_DEFAULT,
+            ),
+            "relation_types_json": _json_text(
+                "context: only follow these relation types; a JSON array as a string of "
+                f"{', '.join(RELATION_TYPES)} (default: all)."
+            ),
+        }
+    ),
+    read_only=True,
+    destructive=False,
+    idempotent=True,
+)
+
+SEARCH_MESSAGES = ToolSpec(
+    name="search_messages",
+    title="Search memories",
+    description=(
+        "Find stored messages whose content, summary or tags contain the query (substring "
+        "matching that works for any language, including Japanese and Chinese). Results come "
+        "best first, each a full message plus score, score_breakdown, matched_fields and "
+        "relation_count; with context_size > 0 also context_preview (neighbours in its "
+        "session). Searching changes nothing.\n"
+        f"query is 1-{L.QUERY_MAX_BYTES} UTF-8 bytes. Narrow with session_id, min_importance "
+        f"({L.IMPORTANCE_MIN}-{L.IMPORTANCE_MAX}) and filters_json, a JSON object as a string: "
+        f'{{"kinds": [...], "tiers": [...], "tags": [...]}}, e.g. '
+        '"{\\"kinds\\":[\\"semantic\\",\\"preference\\"],\\"tags\\":[\\"project\\"]}". '
+        "Any listed kind and any listed tier may match; all listed tags must be present. "
+        f"Kinds: {', '.join(MEMORY_KINDS)}. Tiers: {', '.join(MEMORY_TIERS)}.\n"
+        f"limit {L.SEARCH_LIMIT_MIN}-{L.SEARCH_LIMIT_MAX} (default {L.SEARCH_LIMIT_DEFAULT}); "
+        f"context_size 0-{L.SEARCH_CONTEXT_MAX}. Fewer results than limit can come back when "
+        f"the result would exceed about {L.RESPONSE_BUDGET_BYTES // L.MIB} MiB. To read a hit "
+        'in full or around it, use read_messages (view "context" or "content").'
+    ),
+    input_schema=_object(
+        {
+            "query": _text(
+                f"Text to look for (1-{L.QUERY_MAX_BYTES} UTF-8 bytes).",
+                L.QUERY_MAX_BYTES,
+                min_bytes=1,
+            ),
+            "session_id": _session_id("Only search this session (default: all sessions)."),
+            "filters_json": _json_text(
+                'Filters: a JSON object as a string with optional "kinds", "tiers" and '
+                '"tags" arrays (default {}).'
+            ),
+            "min_importance": _integer(
+                "Only messages with at least this importance.",
+                L.IMPORTANCE_MIN,
+                L.IMPORTANCE_MAX,
+                L.IMPORTANCE_MIN,
+            ),
+            "context_size": _integer(
+                "Neighbours before and after each result to include as context_preview.",
+                0,
+                L.SEARCH_CONTEXT_MAX,
+                0,
+            ),
+            "limit": _integer(
+                "Most results to return.",
+                L.SEARCH_LIMIT_MIN,
+                L.SEARCH_LIMIT_MAX,
+                L.SEARCH_LIMIT_DEFAULT,
+            ),
+        },
+        required=("query",),
+    ),
+    read_only=True,
+    destructive=False,
+    idempotent=True,
+)
+
+DELETE_MESSAGE = ToolSpec(
+    name="delete_message",
+    title="Delete a memory",
+    description=(
+        "Delete one message: from now on no read or search returns it. Returns "
+        '{"status": "OK"} when it was deleted and {"status": "NOT_FOUND"} (a normal result, '
+        "not an error) when there was nothing to delete: unknown id, already deleted, or the "
+        "session_id guard did not match. Pass session_id to delete only if the message "
+        "belongs to that session. The text stays in the log file until rebuild_index "
+        "compacts it away. Delete only when the user asks or a memory is wrong; to demote a "
+        'memory instead, update its memory_tier (e.g. "discard").'
+    ),
+    input_schema=_object(
+        {
+            "message_id": _message_id("The message to delete (26-character ULID)."),
+            "session_id": _session_id("Only delete if the message belongs to this session."),
+        },
+        required=("message_id",),
+    ),
+    read_only=False,
+    destructive=True,
+    idempotent=True,
+)
+
+REBUILD_INDEX = ToolSpec(
+    name="rebuild_index",
+    title="Compact and rebuild",
+    description=(
+        "Compact the store: rewrite the log with only live messages (physically removing the "
+        "text of deleted messages and old revisions), write a fresh snapshot and rebuild the "
+        "in-memory indexes. Atomic: a crash leaves the old or the new state, never a mix. "
+        "Other requests wait until it finishes, which can take a while on a large store. "
+        "Returns messages_indexed, records_removed, bytes_before and bytes_after. Use it after "
+        "deleting sensitive content or when get_system_health shows many dead_bytes; there is "
+        "no need to run it routinely. Takes no arguments."
+    ),
+    input_schema=_object({}),
+    read_only=False,
+    destructive=True,
+    idempotent=True,
+)
+
+GET_SYSTEM_HEALTH = ToolSpec(
+    name="get_system_health",
+    title="Memory health",
+    description=(
+        "Report the state of the store: status (OK, or DEGRADED when last_error is set), "
+        "format_version, log and snapshot sizes, active_messages, session_count, "
+        "deleted_messages, last_sequence, update_records, dead_bytes, a memory_estimate "
+        "breakdown, I/O counters, recovered_tail, snapshot_valid and last_error. Read-only; "
+        "takes no arguments. Use it to diagnose errors or to decide whether rebuild_index is "
+        "worth running."
+    ),
+    input_schema=_object({}),
+    read_only=True,
+    destructive=False,
+    idempotent=True,
+)
+
+TOOLS: Final[tuple[ToolSpec, ...]] = (
+    WRITE_MESSAGE,
+    UPDATE_MESSAGE,
+    READ_MESSAGES,
+    SEARCH_MESSAGES,
+    DELETE_MESSAGE,
+    REBUILD_INDEX,
+    GET_SYSTEM_HEALTH,
+)
+
+TOOLS_BY_NAME: Final[dict[str, ToolSpec]] = {tool.name: tool for tool in TOOLS}
