@@ -1,0 +1,381 @@
+"""The local pipe: a QLocalServer whose connections become MCP sessions on the engine thread.
+
+Each accepted QLocalSocket is one host (one `convmem-shim`). Its bytes are fed, from the Qt
+main thread, into an `asyncio.StreamReader` on the engine loop (`call_soon_threadsafe`); the
+engine answers through a `send` coroutine that hands the bytes back to the Qt thread with a
+queued signal, where they are written to the socket. Qt objects are only ever touched on the
+main thread, asyncio objects only on the engine thread.
+
+Control messages: a connection whose first bytes are `{"convmem_control":` is not a host but
+another ConvMem process talking to this app. Its first line is one JSON object
+`{"convmem_control": "raise" | "quit" | "status"}`; the app answers one line
+`{"convmem_control": "ok", ...}` (or `"error"`) and closes. No JSON-RPC message can start that
+way, so a host's first bytes are recognised after at most 19 bytes and pass on unchanged.
+
+Graceful shutdown (`shutdown()`): stop accepting, answer requests arriving from now on with a
+JSON-RPC error, wait (bounded) until every request already handed to the engine has its
+response, end every session, write out what is still buffered, close the sockets, then emit
+`drained`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtNetwork import QLocalServer, QLocalSocket
+
+from convmem_app.engine_thread import EngineThread
+
+ServeLines = Callable[
+    [Any, asyncio.StreamReader, Callable[[bytes], Awaitable[None]]], Awaitable[None]
+]
+
+CONTROL_PREFIX = b'{"convmem_control":'
+CONTROL_LINE_MAX = 4096
+# One JSON-RPC line may carry 1 MiB of content plus 1 MiB of metadata, JSON-escaped.
+READER_LIMIT = 64 * 1024 * 1024
+SHUTTING_DOWN_CODE = -32000
+
+log = logging.getLogger(__name__)
+
+# The MCP SDK serialises `{"jsonrpc":"2.0","id":<id>,"result"|"error"|"method":...`: reading the
+# id from the first bytes saves parsing multi-megabyte responses. Anything else is parsed.
+_RESPONSE_HEAD = re.compile(
+    rb'\{"jsonrpc":"2\.0","id":("(?:[^"\\]|\\.)*"|-?\d+),"(result|error|method)"'
+)
+
+
+class ListenError(Exception):
+    """The local server could not listen on its name (message says why)."""
+
+
+def control_line(command: str, **extra: object) -> bytes:
+    return json.dumps({"convmem_control": command, **extra}).encode() + b"\n"
+
+
+def _request_id(line: bytes) -> str | None:
+    """The canonical id of a JSON-RPC request (method + id) from a host, else None."""
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return None
+    if isinstance(message, dict) and "method" in message and "id" in message:
+        return json.dumps(message["id"])
+    return None
+
+
+def _response_id(line: bytes) -> str | None:
+    """The canonical id of a JSON-RPC response (result or error) from the engine, else None."""
+    head = _RESPONSE_HEAD.match(line, 0, 256)
+    if head is not None:
+        if head.group(2) == b"method":
+            return None
+        return json.dumps(json.loads(head.group(1)))
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return None
+    if isinstance(message, dict) and "id" in message and "method" not in message:
+        return json.dumps(message["id"])
+    return None
+
+
+def _shutting_down_reply(request_line: bytes) -> bytes | None:
+    try:
+        message = json.loads(request_line)
+    except ValueError:
+        return None
+    if not (isinstance(message, dict) and "method" in message and "id" in message):
+        return None
+    error = {"code": SHUTTING_DOWN_CODE, "message": "ConvMem is shutting down; try again"}
+    return json.dumps({"jsonrpc": "2.0", "id": message["id"], "error": error}).encode() + b"\n"
+
+
+@dataclass
+class _EngineSession:
+    """Engine-thread state of one MCP connection."""
+
+    reader: asyncio.StreamReader
+    partial: bytes = b""
+    inflight: set[str] = field(default_factory=set)
+    accepting: bool = True
+    task: asyncio.Task[None] | None = None
+
+
+@dataclass
+class _Connection:
+    """Qt-thread state of one accepted socket."""
+
+    cid: int
+    socket: QLocalSocket
+    mode: str = "sniff"  # sniff -> mcp | control
+    buffer: bytes = b""
+    engine_done: bool = False
+
+
+class PipeBridge(QObject):
+    """Owns the QLocalServer; every host connection is one `serve_lines` session."""
+
+    hostsChanged = Signal(int)
+    raiseRequested = Signal()
+    quitRequested = Signal()
+    drained = Signal()
+
+    _outgoing = Signal(int, object)
+    _engineEnded = Signal(int)
+    _engineDrained = Signal()
+
+    def __init__(
+        self,
+        engine: EngineThread,
+        server: object,
+        serve: ServeLines,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self._engine = engine
+        self._server_obj = server
+        self._serve = serve
+        self._local = QLocalServer(self)
+        self._local.setSocketOptions(QLocalServer.SocketOption.UserAccessOption)
+        self._local.setMaxPendingConnections(128)
+        self._local.setListenBacklogSize(128)
+        self._local.newConnection.connect(self._on_new_connection)
+        self._connections: dict[int, _Connection] = {}
+        self._next_id = 1
+        self._hosts = 0
+        self._shutting_down = False
+        self._sessions: dict[int, _EngineSession] = {}  # engine thread only
+        queued = Qt.ConnectionType.QueuedConnection
+        self._outgoing.connect(self._on_outgoing, queued)
+        self._engineEnded.connect(self._on_engine_ended, queued)
+        self._engineDrained.connect(self._on_engine_drained, queued)
+        self._close_timer = QTimer(self)
+        self._close_timer.setSingleShot(True)
+        self._close_timer.timeout.connect(self._finish_drain)
+        self._status_extra: Callable[[], dict[str, object]] = dict
+
+    # ---- Qt thread -------------------------------------------------------------------------
+
+    @property
+    def host_count(self) -> int:
+        return self._hosts
+
+    @property
+    def server_name(self) -> str:
+        return self._local.fullServerName()
+
+    def set_status_provider(self, provider: Callable[[], dict[str, object]]) -> None:
+        """Extra fields for the answer to a `status` control message."""
+        self._status_extra = provider
+
+    def listen(self, name: str) -> None:
+        """Listen on `name`. Call only while holding the data-dir lock: a stale socket of a
+        crashed app is removed first, which would also cut off a live app's socket."""
+        QLocalServer.removeServer(name)
+        if not self._local.listen(name):
+            raise ListenError(f"local pipe {name}: {self._local.errorString()}")
+
+    def _on_new_connection(self) -> None:
+        while self._local.hasPendingConnections():
+            socket = self._local.nextPendingConnection()
+            if socket is None:
+                break
+            if self._shutting_down:
+                socket.abort()
+                socket.deleteLater()
+                continue
+            cid = self._next_id
+            self._next_id += 1
+            conn = _Connection(cid, socket)
+            self._connections[cid] = conn
+            socket.readyRead.connect(lambda c=conn: self._on_ready_read(c))
+            socket.disconnected.connect(lambda c=conn: self._on_disconnected(c))
+            if socket.bytesAvailable():
+                self._on_ready_read(conn)
+
+    def _on_ready_read(self, conn: _Connection) -> None:
+        data = bytes(conn.socket.readAll().data())
+        if not data:
+            return
+        if conn.mode == "mcp":
+            self._engine.call_soon(self._e_feed, conn.cid, data)
+            return
+        conn.buffer += data
+        if conn.mode == "sniff":
+            head = conn.buffer[: len(CONTROL_PREFIX)]
+            if CONTROL_PREFIX.startswith(head):
+                if len(head) < len(CONTROL_PREFIX):
+                    return  # not enough bytes yet to decide
+                conn.mode = "control"
+            else:
+                self._start_mcp(conn)
+                return
+        self._handle_control(conn)
+
+    def _start_mcp(self, conn: _Connection) -> None:
+        conn.mode = "mcp"
+        data, conn.buffer = conn.buffer, b""
+        self._engine.call_soon(self._e_start, conn.cid)
+        self._engine.call_soon(self._e_feed, conn.cid, data)
+        self._set_hosts(self._hosts + 1)
+
+    def _handle_control(self, conn: _Connection) -> None:
+        line, newline, _rest = conn.buffer.partition(b"\n")
+        if not newline:
+            if len(conn.buffer) > CONTROL_LINE_MAX:
+                conn.socket.abort()
+            return
+        conn.buffer = b""
+        try:
+            command = json.loads(line).get("convmem_control")
+        except (ValueError, AttributeError):
+            command = None
+        if command == "raise":
+            reply = control_line("ok")
+            self.raiseRequested.emit()
+        elif command == "quit":
+            reply = control_line("ok")
+            QTimer.singleShot(0, self.quitRequested.emit)
+        elif command == "status":
+            reply = control_line("ok", hosts=self._hosts, **self._status_extra())
+        else:
+            reply = control_line("error", message="convmem_control: unknown command")
+        conn.socket.write(reply)
+        conn.socket.disconnectFromServer()
+
+    def _on_disconnected(self, conn: _Connection) -> None:
+        if self._connections.pop(conn.cid, None) is None:
+            return
+        if conn.mode == "mcp":
+            self._engine.call_soon(self._e_eof, conn.cid)
+            self._set_hosts(self._hosts - 1)
+        conn.socket.deleteLater()
+        self._maybe_finish_drain()
+
+    def _on_outgoing(self, cid: int, data: bytes) -> None:
+        conn = self._connections.get(cid)
+        if conn is not None and conn.socket.state() == QLocalSocket.LocalSocketState.ConnectedState:
+            conn.socket.write(data)
+
+    def _on_engine_ended(self, cid: int) -> None:
+        # The session is over on the engine side (EOF or the session ended): close the pipe,
+        # after what is still buffered has been written.
+        conn = self._connections.get(cid)
+        if conn is not None:
+            conn.engine_done = True
+            conn.socket.disconnectFromServer()
+
+    def _set_hosts(self, count: int) -> None:
+        self._hosts = count
+        self.hostsChanged.emit(count)
+
+    def shutdown(self, grace: float = 10.0) -> None:
+        """Graceful stop (see module doc); emits `drained` once, when done."""
+        if self._shutting_down:
+            return
+        self._shutting_down = True
+        self._local.close()
+        if not self._engine.running:
+            self._on_engine_drained()
+            return
+        self._engine.submit(self._e_drain(grace))
+
+    def _on_engine_drained(self) -> None:
+        for conn in list(self._connections.values()):
+            conn.socket.disconnectFromServer()
+        self._close_timer.start(2000)
+        self._maybe_finish_drain()
+
+    def _maybe_finish_drain(self) -> None:
+        if self._shutting_down and self._close_timer.isActive() and not self._connections:
+            self._finish_drain()
+
+    def _finish_drain(self) -> None:
+        self._close_timer.stop()
+        for conn in list(self._connections.values()):
+            conn.socket.abort()
+        self._connections.clear()
+        if self._hosts:
+            self._set_hosts(0)
+        self.drained.emit()
+
+    # ---- engine thread ---------------------------------------------------------------------
+
+    def _e_start(self, cid: int) -> None:
+        session = _EngineSession(asyncio.StreamReader(limit=READER_LIMIT))
+        self._sessions[cid] = session
+
+        async def send(data: bytes) -> None:
+            for line in data.splitlines():
+                answered = _response_id(line)
+                if answered is not None:
+                    session.inflight.discard(answered)
+            self._outgoing.emit(cid, data)
+
+        async def run() -> None:
+            try:
+                await self._serve(self._server_obj, session.reader, send)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a bug or a broken session: end this host only
+                log.error("MCP session %d ended with %s", cid, type(exc).__name__)
+            finally:
+                self._sessions.pop(cid, None)
+                self._engineEnded.emit(cid)
+
+        session.task = asyncio.get_running_loop().create_task(run(), name=f"mcp-session-{cid}")
+
+    def _e_feed(self, cid: int, data: bytes) -> None:
+        session = self._sessions.get(cid)
+        if session is None:
+            return
+        lines = (session.partial + data).split(b"\n")
+        session.partial = lines.pop()
+        for line in lines:
+            if not session.accepting:
+                reply = _shutting_down_reply(line)
+                if reply is not None:
+                    self._outgoing.emit(cid, reply)
+                continue
+            request = _request_id(line)
+            if request is not None:
+                session.inflight.add(request)
+            session.reader.feed_data(line + b"\n")
+
+    def _e_eof(self, cid: int) -> None:
+        session = self._sessions.get(cid)
+        if session is None or session.reader.at_eof():
+            return
+        if session.partial and session.accepting:
+            session.reader.feed_data(session.partial)
+        session.partial = b""
+        session.reader.feed_eof()
+
+    async def _e_drain(self, grace: float) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + grace
+            for session in self._sessions.values():
+                session.accepting = False
+            while loop.time() < deadline and any(s.inflight for s in self._sessions.values()):
+                await asyncio.sleep(0.02)
+            tasks = [s.task for s in self._sessions.values() if s.task is not None]
+            for cid in list(self._sessions):
+                self._e_eof(cid)
+            if tasks:
+                _done, pending = await asyncio.wait(tasks, timeout=max(0.5, deadline - loop.time()))
+                for task in pending:
+                    task.cancel()
+                with contextlib.suppress(Exception):
+                    await asyncio.gather(*pending, return_exceptions=True)
+        finally:
+            self._engineDrained.emit()

@@ -1,0 +1,123 @@
+"""What the user sees when the app cannot start: a title, what happened, what to do next."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from PySide6.QtCore import Qt, QUrl, Signal
+from PySide6.QtGui import QCloseEvent, QDesktopServices
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+
+from convmem_engine.domain.errors import BusyError, ConvMemError, CorruptStoreError, StoreIOError
+
+
+@dataclass(frozen=True)
+class StartupProblem:
+    code: str
+    title: str
+    detail: str
+    next_steps: str
+
+
+def describe(error: BaseException, data_dir: Path) -> StartupProblem:
+    """Turn a startup failure into words. Messages of engine errors never contain user data."""
+    detail = error.message if isinstance(error, ConvMemError) else str(error)
+    if isinstance(error, BusyError):
+        return StartupProblem(
+            "BUSY",
+            "The data folder is in use",
+            f"Another process holds the lock on {data_dir} and does not answer as a ConvMem "
+            f"app. ({detail})",
+            "Usually this is `convmem serve` started by an LLM host that is configured without "
+            "the shim. Close that host (or point it at convmem-shim instead) and click Retry.",
+        )
+    if isinstance(error, CorruptStoreError):
+        return StartupProblem(
+            "CORRUPT_STORE",
+            "The memory store is damaged",
+            f"An integrity check failed: {detail}. Nothing was changed or repaired.",
+            f"Copy the folder {data_dir} somewhere safe first. Then restore it from a backup, "
+            "or start ConvMem with another data folder (`convmem app --data-dir NEW`) and keep "
+            "the damaged copy for inspection.",
+        )
+    if isinstance(error, StoreIOError):
+        return StartupProblem(
+            "IO_ERROR",
+            "The data folder cannot be read or written",
+            detail,
+            f"Check free disk space and the permissions of {data_dir}, then click Retry.",
+        )
+    if isinstance(error, OSError):
+        return StartupProblem(
+            "IO_ERROR",
+            "The data folder cannot be read or written",
+            f"{error.strerror or type(error).__name__}"
+            + (f": {error.filename}" if error.filename else ""),
+            f"Check free disk space and the permissions of {data_dir}, then click Retry.",
+        )
+    code = error.code if isinstance(error, ConvMemError) else "INTERNAL_ERROR"
+    return StartupProblem(
+        code,
+        "ConvMem could not start",
+        detail or type(error).__name__,
+        "Click Retry. If it happens again, run `convmem app` from a terminal and report what "
+        "it prints.",
+    )
+
+
+class StartupErrorWindow(QWidget):
+    retryRequested = Signal()
+    quitRequested = Signal()
+
+    def __init__(self, data_dir: Path) -> None:
+        super().__init__()
+        self.setWindowTitle("ConvMem — cannot start")
+        self._data_dir = data_dir
+        self.title_label = QLabel()
+        font = self.title_label.font()
+        font.setPointSizeF(font.pointSizeF() * 1.3)
+        font.setBold(True)
+        self.title_label.setFont(font)
+        self.detail_label = QLabel()
+        self.next_label = QLabel()
+        self.code_label = QLabel()
+        for label in (self.detail_label, self.next_label):
+            label.setWordWrap(True)
+            label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.retry_button = QPushButton("Retry")
+        self.folder_button = QPushButton("Open data folder")
+        self.quit_button = QPushButton("Quit")
+        buttons = QHBoxLayout()
+        buttons.addStretch(1)
+        for button in (self.folder_button, self.retry_button, self.quit_button):
+            buttons.addWidget(button)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.title_label)
+        layout.addWidget(self.detail_label)
+        layout.addWidget(QLabel("What to do next:"))
+        layout.addWidget(self.next_label)
+        layout.addWidget(self.code_label)
+        layout.addStretch(1)
+        layout.addLayout(buttons)
+        self.retry_button.clicked.connect(self.retryRequested)
+        self.quit_button.clicked.connect(self.quitRequested)
+        self.folder_button.clicked.connect(self._open_folder)
+        self.resize(520, 240)
+        self.problem: StartupProblem | None = None
+
+    def show_problem(self, problem: StartupProblem) -> None:
+        self.problem = problem
+        self.title_label.setText(problem.title)
+        self.detail_label.setText(problem.detail)
+        self.next_label.setText(problem.next_steps)
+        self.code_label.setText(f"Error code: {problem.code}")
+        self.retry_button.setEnabled(True)
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        # Closing the window is the user's answer "give up": the app quits.
+        super().closeEvent(event)
+        self.quitRequested.emit()
+
+    def _open_folder(self) -> None:
+        QDesktopServices.openUrl(QUrl.fromLocalFile(str(self._data_dir)))
