@@ -12,21 +12,20 @@ another ConvMem process talking to this app. Its first line is one JSON object
 `{"convmem_control": "ok", ...}` (or `"error"`) and closes. No JSON-RPC message can start that
 way, so a host's first bytes are recognised after at most 19 bytes and pass on unchanged.
 
-Graceful shutdown (`shutdown()`): stop accepting, answer requests arriving from now on with a
-JSON-RPC error, wait (bounded) until every request already handed to the engine has its
-response, end every session, write out what is still buffered, close the sockets, then emit
-`drained`.
+Graceful shutdown (`shutdown()`): stop accepting connections; end each session's input at
+the next line boundary (a request half received is let through whole) and answer requests that
+arrive later with a JSON-RPC error; `serve_lines` answers every request it has read before it
+returns (bounded by the grace period); write out what is still buffered, close the sockets,
+then emit `drained`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
@@ -40,17 +39,12 @@ ServeLines = Callable[
 
 CONTROL_PREFIX = b'{"convmem_control":'
 CONTROL_LINE_MAX = 4096
-# One JSON-RPC line may carry 1 MiB of content plus 1 MiB of metadata, JSON-escaped.
+# `serve_lines` reads chunks (not readline) and bounds line length itself; the limit only
+# decides when the reader would pause a transport, and there is none here.
 READER_LIMIT = 64 * 1024 * 1024
 SHUTTING_DOWN_CODE = -32000
 
 log = logging.getLogger(__name__)
-
-# The MCP SDK serialises `{"jsonrpc":"2.0","id":<id>,"result"|"error"|"method":...`: reading the
-# id from the first bytes saves parsing multi-megabyte responses. Anything else is parsed.
-_RESPONSE_HEAD = re.compile(
-    rb'\{"jsonrpc":"2\.0","id":("(?:[^"\\]|\\.)*"|-?\d+),"(result|error|method)"'
-)
 
 
 class ListenError(Exception):
@@ -59,33 +53,6 @@ class ListenError(Exception):
 
 def control_line(command: str, **extra: object) -> bytes:
     return json.dumps({"convmem_control": command, **extra}).encode() + b"\n"
-
-
-def _request_id(line: bytes) -> str | None:
-    """The canonical id of a JSON-RPC request (method + id) from a host, else None."""
-    try:
-        message = json.loads(line)
-    except ValueError:
-        return None
-    if isinstance(message, dict) and "method" in message and "id" in message:
-        return json.dumps(message["id"])
-    return None
-
-
-def _response_id(line: bytes) -> str | None:
-    """The canonical id of a JSON-RPC response (result or error) from the engine, else None."""
-    head = _RESPONSE_HEAD.match(line, 0, 256)
-    if head is not None:
-        if head.group(2) == b"method":
-            return None
-        return json.dumps(json.loads(head.group(1)))
-    try:
-        message = json.loads(line)
-    except ValueError:
-        return None
-    if isinstance(message, dict) and "id" in message and "method" not in message:
-        return json.dumps(message["id"])
-    return None
 
 
 def _shutting_down_reply(request_line: bytes) -> bytes | None:
@@ -104,9 +71,10 @@ class _EngineSession:
     """Engine-thread state of one MCP connection."""
 
     reader: asyncio.StreamReader
-    partial: bytes = b""
-    inflight: set[str] = field(default_factory=set)
-    accepting: bool = True
+    at_line_start: bool = True  # the last byte fed was a newline (or nothing was fed)
+    accepting: bool = True  # False once shutdown began: no new requests reach the session
+    refused: bytes = b""  # bytes after shutdown, split into lines to refuse each request
+    eof: bool = False  # the reader has been told end of input
     task: asyncio.Task[None] | None = None
 
 
@@ -315,10 +283,6 @@ class PipeBridge(QObject):
         self._sessions[cid] = session
 
         async def send(data: bytes) -> None:
-            for line in data.splitlines():
-                answered = _response_id(line)
-                if answered is not None:
-                    session.inflight.discard(answered)
             self._outgoing.emit(cid, data)
 
         async def run() -> None:
@@ -338,27 +302,42 @@ class PipeBridge(QObject):
         session = self._sessions.get(cid)
         if session is None:
             return
-        lines = (session.partial + data).split(b"\n")
-        session.partial = lines.pop()
-        for line in lines:
+        if session.eof:
             if not session.accepting:
-                reply = _shutting_down_reply(line)
-                if reply is not None:
-                    self._outgoing.emit(cid, reply)
-                continue
-            request = _request_id(line)
-            if request is not None:
-                session.inflight.add(request)
-            session.reader.feed_data(line + b"\n")
+                self._e_refuse(cid, session, data)
+            return
+        if session.accepting:
+            session.reader.feed_data(data)
+            session.at_line_start = data.endswith(b"\n")
+            return
+        # Shutting down while this host was in the middle of a line: let that line through
+        # whole (it is a request already on its way), then end the session's input.
+        newline = data.find(b"\n")
+        if newline < 0:
+            session.reader.feed_data(data)
+            return
+        session.reader.feed_data(data[: newline + 1])
+        self._e_end_input(session)
+        self._e_refuse(cid, session, data[newline + 1 :])
+
+    def _e_refuse(self, cid: int, session: _EngineSession, data: bytes) -> None:
+        """Answer requests that arrive after shutdown began with a JSON-RPC error."""
+        *lines, session.refused = (session.refused + data).split(b"\n")
+        for line in lines:
+            reply = _shutting_down_reply(line)
+            if reply is not None:
+                self._outgoing.emit(cid, reply)
 
     def _e_eof(self, cid: int) -> None:
         session = self._sessions.get(cid)
-        if session is None or session.reader.at_eof():
-            return
-        if session.partial and session.accepting:
-            session.reader.feed_data(session.partial)
-        session.partial = b""
-        session.reader.feed_eof()
+        if session is not None:
+            self._e_end_input(session)
+
+    @staticmethod
+    def _e_end_input(session: _EngineSession) -> None:
+        if not session.eof:
+            session.eof = True
+            session.reader.feed_eof()
 
     async def _e_drain(self, grace: float) -> None:
         try:
@@ -366,16 +345,16 @@ class PipeBridge(QObject):
             deadline = loop.time() + grace
             for session in self._sessions.values():
                 session.accepting = False
-            while loop.time() < deadline and any(s.inflight for s in self._sessions.values()):
-                await asyncio.sleep(0.02)
+                if session.at_line_start:
+                    self._e_end_input(session)
+            # `serve_lines` answers every request it has read before it returns.
             tasks = [s.task for s in self._sessions.values() if s.task is not None]
-            for cid in list(self._sessions):
-                self._e_eof(cid)
             if tasks:
                 _done, pending = await asyncio.wait(tasks, timeout=max(0.5, deadline - loop.time()))
                 for task in pending:
                     task.cancel()
-                with contextlib.suppress(Exception):
+                if pending:
+                    log.warning("%d session(s) did not finish within the quit grace", len(pending))
                     await asyncio.gather(*pending, return_exceptions=True)
         finally:
             self._engineDrained.emit()
