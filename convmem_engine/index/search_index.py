@@ -1,0 +1,559 @@
+"""In-memory substring search over content, summary and tags (see docs/search.md).
+
+Text is ASCII-case-folded (A-Z -> a-z, every other code point unchanged) and cut into code-point
+2-grams and 3-grams. Each gram maps to an `array('I')` of dense document numbers in ascending
+order; a document-number table maps back to message ids. Grams only select candidates: every
+candidate is verified against the real text of the message in the caller's `messages` mapping,
+so a hit always really contains what the query asks for.
+
+Match rule: a message matches when the whole (folded, stripped) query is a substring of one of
+its fields, or when every word of the query is a substring of some field. Exact-phrase matches
+score at least 0.64, word-only matches at most 0.5, so exact substrings always rank first.
+
+Not thread-safe for mutation: any number of concurrent `search` calls is fine, but the caller
+must keep `add`/`remove`/`replace`/`clear` exclusive of everything else (the service's lock).
+"""
+
+from __future__ import annotations
+
+import heapq
+import sys
+import unicodedata
+from array import array
+from bisect import bisect_left, insort
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import accumulate, pairwise, repeat
+from operator import add
+from typing import Final
+
+from convmem_engine.domain.message import Message
+
+__all__ = ["FIELDS", "SearchHit", "SearchIndex", "fold", "query_words"]
+
+FIELDS: Final = ("content", "summary", "tags")
+
+# Field weights for the overall score, and the per-field score levels.
+CONTENT_WEIGHT: Final = 1.0
+SUMMARY_WEIGHT: Final = 0.9
+TAGS_WEIGHT: Final = 0.8
+WHOLE_WORD: Final = 1.0  # needle found with a word boundary on both sides
+PARTIAL_WORD: Final = 0.8  # needle found only inside a longer word
+WORDS_FACTOR: Final = 0.5  # field without the phrase: 0.5 * mean of the words' levels
+
+_ROUND: Final = 6
+_BLOCK_SHIFT: Final = 8  # 256 documents per block for the early-stop bounds
+_SCAN_RATIO: Final = 4  # 1-code-point query: scan everything when the union is > live / 4
+_FILTERS: Final = 3  # posting lists checked by bisect before verifying a candidate
+
+_FOLD: Final = {c: c + 32 for c in range(0x41, 0x5B)}
+_ASCII_WORD: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+# Scripts written without spaces between words: no word boundaries inside them.
+_NO_SPACE_SCRIPTS: Final = (
+    (0x0E00, 0x0EFF),  # Thai, Lao
+    (0x1000, 0x109F),  # Myanmar
+    (0x1780, 0x17FF),  # Khmer
+    (0x2E80, 0x9FFF),  # CJK radicals, punctuation, kana, CJK ideographs
+    (0xF900, 0xFAFF),  # CJK compatibility ideographs
+    (0xFF66, 0xFF9F),  # halfwidth katakana
+    (0x20000, 0x3FFFF),  # CJK extensions
+)
+
+
+def fold(text: str) -> str:
+    """ASCII case folding: A-Z become a-z, every other code point is unchanged."""
+    return text.lower() if text.isascii() else text.translate(_FOLD)
+
+
+@lru_cache(maxsize=8192)
+def _is_word_char_slow(ch: str) -> bool:
+    cp = ord(ch)
+    for lo, hi in _NO_SPACE_SCRIPTS:
+        if lo <= cp <= hi:
+            return False
+    return ch.isalnum() or unicodedata.category(ch)[0] == "M"
+
+
+def _is_word_char(ch: str) -> bool:
+    if ch < "\x80":
+        return ch in _ASCII_WORD
+    return _is_word_char_slow(ch)
+
+
+@lru_cache(maxsize=8192)
+def _is_separator(ch: str) -> bool:
+    if ch.isspace():
+        return True
+    cat = unicodedata.category(ch)
+    return cat == "Cc" or cat[0] == "Z" or (cat[0] == "P" and cat != "Pc")
+
+
+def query_words(folded: str) -> list[str]:
+    """Maximal runs of code points that are not whitespace, punctuation (except `_`) or
+    control characters; duplicates removed, first occurrence order kept."""
+    words: list[str] = []
+    start = -1
+    for i, ch in enumerate(folded):
+        if _is_separator(ch):
+            if start >= 0:
+                words.append(folded[start:i])
+                start = -1
+        elif start < 0:
+            start = i
+    if start >= 0:
+        words.append(folded[start:])
+    return list(dict.fromkeys(words))
+
+
+def _match_level(needle: str, hay: str) -> float:
+    """WHOLE_WORD, PARTIAL_WORD or 0.0 for the best occurrence of `needle` in `hay`."""
+    i = hay.find(needle)
+    if i < 0:
+        return 0.0
+    first_word = _is_word_char(needle[0])
+    last_word = _is_word_char(needle[-1])
+    if not first_word and not last_word:
+        return WHOLE_WORD
+    n = len(needle)
+    h = len(hay)
+    while i >= 0:
+        if (not first_word or i == 0 or not _is_word_char(hay[i - 1])) and (
+            not last_word or i + n == h or not _is_word_char(hay[i + n])
+        ):
+            return WHOLE_WORD
+        i = hay.find(needle, i + 1)
+    return PARTIAL_WORD
+
+
+def _tags_level(needle: str, tags: Sequence[str]) -> float:
+    best = 0.0
+    for tag in tags:
+        level = _match_level(needle, tag)
+        if level > best:
+            best = level
+            if best == WHOLE_WORD:
+                break
+    return best
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    message_id: str
+    score: float
+    score_breakdown: dict[str, float]
+    matched_fields: list[str]
+
+
+class _Query:
+    __slots__ = ("multi", "phrase", "words")
+
+    def __init__(self, query: str) -> None:
+        folded = fold(query)
+        self.phrase = folded.strip() or folded
+        self.words = query_words(self.phrase)
+        # Word matching adds nothing when the only word is the phrase itself.
+        self.multi = bool(self.words) and self.words != [self.phrase]
+
+    def terms(self) -> list[str]:
+        """Strings every match contains somewhere (in some field)."""
+        return self.words if self.words else [self.phrase]
+
+
+def _field_texts(msg: Message) -> tuple[str, str, list[str]]:
+    summary = msg.metadata.summary
+    return (
+        fold(msg.content),
+        fold(summary) if summary else "",
+        [fold(t) for t in msg.metadata.tags],
+    )
+
+
+def _breakdown(msg: Message, q: _Query) -> tuple[float, float, float] | None:
+    """Per-field scores (content, summary, tags), or None when the message does not match."""
+    content, summary, tags = _field_texts(msg)
+    phrase = q.phrase
+    c = _match_level(phrase, content)
+    s = _match_level(phrase, summary) if summary else 0.0
+    t = _tags_level(phrase, tags) if tags else 0.0
+    if not q.multi:
+        if c == 0.0 and s == 0.0 and t == 0.0:
+            return None
+        return (c, s, t)
+    found_all = True
+    cw = sw = tw = 0.0
+    for w in q.words:
+        lc = _match_level(w, content)
+        ls = _match_level(w, summary) if summary else 0.0
+        lt = _tags_level(w, tags) if tags else 0.0
+        if lc == 0.0 and ls == 0.0 and lt == 0.0:
+            found_all = False
+        cw += lc
+        sw += ls
+        tw += lt
+    if not found_all and c == 0.0 and s == 0.0 and t == 0.0:
+        return None
+    n = len(q.words)
+    if c == 0.0:
+        c = WORDS_FACTOR * cw / n
+    if s == 0.0:
+        s = WORDS_FACTOR * sw / n
+    if t == 0.0:
+        t = WORDS_FACTOR * tw / n
+    return (round(c, _ROUND), round(s, _ROUND), round(t, _ROUND))
+
+
+def _overall(parts: tuple[float, float, float]) -> float:
+    c, s, t = parts
+    return round(max(c * CONTENT_WEIGHT, s * SUMMARY_WEIGHT, t * TAGS_WEIGHT), _ROUND)
+
+
+def _score(msg: Message, q: _Query) -> float | None:
+    # Fast path: the phrase as a whole word in the content is the best possible score.
+    content = msg.content
+    folded = content.lower() if content.isascii() else content.translate(_FOLD)
+    if _match_level(q.phrase, folded) == WHOLE_WORD:
+        return WHOLE_WORD * CONTENT_WEIGHT
+    parts = _breakdown(msg, q)
+    return None if parts is None else _overall(parts)
+
+
+def _signature(msg: Message) -> int:
+    """Hash of the indexed fields; detects a `remove(old)` whose value is not the indexed one."""
+    h = hash((msg.content, msg.metadata.summary, msg.metadata.tags))
+    return h if h < (1 << 63) else h - (1 << 64)
+
+
+def _grams(msg: Message) -> tuple[set[str], list[str]]:
+    """All 2-grams and 3-grams of the folded fields, plus the fields that are one code point."""
+    grams: set[str] = set()
+    singles: list[str] = []
+    texts = [msg.content]
+    if msg.metadata.summary:
+        texts.append(msg.metadata.summary)
+    texts.extend(msg.metadata.tags)
+    for text in texts:
+        t = text.lower() if text.isascii() else text.translate(_FOLD)
+        n = len(t)
+        if n >= 2:
+            bigrams = list(map(add, t, t[1:]))
+            grams.update(bigrams)
+            if n >= 3:
+                grams.update(map(add, bigrams, t[2:]))
+        elif n == 1:
+            singles.append(t)
+    return grams, singles
+
+
+def _new_postings() -> array[int]:
+    return array("I")
+
+
+def _contains(postings: array[int], doc: int) -> bool:
+    i = bisect_left(postings, doc)
+    return i < len(postings) and postings[i] == doc
+
+
+def _discard(postings: array[int], doc: int) -> bool:
+    i = bisect_left(postings, doc)
+    if i < len(postings) and postings[i] == doc:
+        del postings[i]
+        return True
+    return False
+
+
+class SearchIndex:
+    """Gram postings over content, summary and tags; see the module docstring."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._post: defaultdict[str, array[int]] = defaultdict(_new_postings)
+        self._singles: dict[str, array[int]] = {}  # fields of exactly one code point
+        self._char_bigrams: dict[str, set[str]] = {}  # code point -> 2-grams containing it
+        self._ids: list[str | None] = []  # document number -> message id (None: removed)
+        self._docs: dict[str, int] = {}  # message id -> document number
+        self._sig = array("q")  # document number -> _signature of the indexed value
+        self._blk_imp = array("h")  # per block of documents: max importance ever indexed
+        self._blk_ts = array("q")  # per block of documents: max timestamp ever indexed
+
+    # -- mutation ---------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._docs)
+
+    def __contains__(self, message_id: object) -> bool:
+        return message_id in self._docs
+
+    def add(self, msg: Message) -> None:
+        """Index a message that is not indexed yet (ValueError if its id is)."""
+        if msg.message_id in self._docs:
+            raise ValueError("message_id is already indexed; use replace()")
+        doc = len(self._ids)
+        self._ids.append(msg.message_id)
+        self._docs[msg.message_id] = doc
+        self._sig.append(_signature(msg))
+        self._raise_bounds(doc, msg)
+        grams, singles = _grams(msg)
+        post = self._post
+        before = len(post)
+        # Document numbers only grow, so appending keeps every posting list sorted.
+        deque(map(array.append, map(post.__getitem__, grams), repeat(doc)), maxlen=0)
+        if len(post) != before:
+            for g in grams:
+                if len(g) == 2 and len(post[g]) == 1:
+                    self._register_bigram(g)
+        for ch in singles:
+            p = self._singles.get(ch)
+            if p is None:
+                p = self._singles[ch] = array("I")
+            if not p or p[-1] != doc:
+                p.append(doc)
+
+    def remove(self, msg: Message) -> None:
+        """Forget a message given the value previously added; unknown ids are ignored."""
+        doc = self._docs.pop(msg.message_id, None)
+        if doc is None:
+            return
+        if self._sig[doc] == _signature(msg):
+            grams, singles = _grams(msg)
+            for g in grams:
+                self._discard_gram(g, doc)
+            for ch in singles:
+                self._discard_single(ch, doc)
+        else:
+            self._sweep(doc)
+        self._ids[doc] = None
+        self._sig[doc] = 0
+
+    def replace(self, old: Message, new: Message) -> None:
+        """Reindex `old` (the value previously added) as `new`; only changed grams move."""
+        doc = self._docs.get(old.message_id)
+        if doc is None or old.message_id != new.message_id:
+            self.remove(old)
+            self.add(new)
+            return
+        new_grams, new_singles = _grams(new)
+        if self._sig[doc] == _signature(old):
+            old_grams, old_singles = _grams(old)
+            for g in old_grams - new_grams:
+                self._discard_gram(g, doc)
+            for ch in set(old_singles) - set(new_singles):
+                self._discard_single(ch, doc)
+            added = new_grams - old_grams
+            added_singles = set(new_singles) - set(old_singles)
+        else:
+            self._sweep(doc)
+            added = new_grams
+            added_singles = set(new_singles)
+        post = self._post
+        for g in added:
+            p = post[g]
+            if len(p) == 0 and len(g) == 2:
+                self._register_bigram(g)
+            insort(p, doc)
+        for ch in added_singles:
+            sp = self._singles.get(ch)
+            if sp is None:
+                sp = self._singles[ch] = array("I")
+            insort(sp, doc)
+        self._sig[doc] = _signature(new)
+        self._raise_bounds(doc, new)
+
+    def clear(self) -> None:
+        self._reset()
+
+    def _raise_bounds(self, doc: int, msg: Message) -> None:
+        block = doc >> _BLOCK_SHIFT
+        imp = msg.metadata.importance
+        ts = msg.timestamp
+        if block == len(self._blk_imp):
+            self._blk_imp.append(imp)
+            self._blk_ts.append(ts)
+            return
+        if imp > self._blk_imp[block]:
+            self._blk_imp[block] = imp
+        if ts > self._blk_ts[block]:
+            self._blk_ts[block] = ts
+
+    def _register_bigram(self, gram: str) -> None:
+        for ch in set(gram):
+            s = self._char_bigrams.get(ch)
+            if s is None:
+                s = self._char_bigrams[ch] = set()
+            s.add(gram)
+
+    def _discard_gram(self, gram: str, doc: int) -> None:
+        p = self._post.get(gram)
+        if p is not None and _discard(p, doc) and not p:
+            del self._post[gram]
+            if len(gram) == 2:
+                for ch in set(gram):
+                    s = self._char_bigrams[ch]
+                    s.discard(gram)
+                    if not s:
+                        del self._char_bigrams[ch]
+
+    def _discard_single(self, ch: str, doc: int) -> None:
+        p = self._singles.get(ch)
+        if p is not None and _discard(p, doc) and not p:
+            del self._singles[ch]
+
+    def _sweep(self, doc: int) -> None:
+        """Remove `doc` from every posting list (when the indexed value is not known)."""
+        for g in [g for g, p in self._post.items() if _contains(p, doc)]:
+            self._discard_gram(g, doc)
+        for ch in [c for c, p in self._singles.items() if _contains(p, doc)]:
+            self._discard_single(ch, doc)
+
+    # -- search -----------------------------------------------------------------------------
+
+    def search(
+        self,
+        query: str,
+        messages: Mapping[str, Message],
+        *,
+        accept: Callable[[Message], bool] | None = None,
+        limit: int,
+    ) -> list[SearchHit]:
+        """The best `limit` matches, best first: score desc, importance desc, timestamp desc,
+        message_id desc. Texts are read from `messages` (verification); nothing is mutated."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        if not query:
+            return []
+        q = _Query(query)
+        source, filters = self._plan(q)
+        ids = self._ids
+        heap: list[tuple[float, int, int, str]] = []
+        bounds: tuple[list[int], list[int]] | None = None
+        last_block = -1
+        for doc in source:
+            if filters and not all(_contains(p, doc) for p in filters):
+                continue
+            if len(heap) == limit and heap[0][0] >= WHOLE_WORD:
+                # Every slot holds a best-score hit: stop once no earlier document can beat the
+                # worst of them on importance, then timestamp (block maxima are upper bounds).
+                block = doc >> _BLOCK_SHIFT
+                if block != last_block:
+                    last_block = block
+                    if bounds is None:
+                        bounds = (
+                            list(accumulate(self._blk_imp, max)),
+                            list(accumulate(self._blk_ts, max)),
+                        )
+                    worst = heap[0]
+                    if (bounds[0][block], bounds[1][block]) < (worst[1], worst[2]):
+                        break
+            mid = ids[doc]
+            if mid is None:
+                continue
+            msg = messages.get(mid)
+            if msg is None:
+                continue
+            score = _score(msg, q)
+            if score is None or (accept is not None and not accept(msg)):
+                continue
+            key = (score, msg.metadata.importance, msg.timestamp, mid)
+            if len(heap) < limit:
+                heapq.heappush(heap, key)
+            elif key > heap[0]:
+                heapq.heapreplace(heap, key)
+        hits: list[SearchHit] = []
+        for score, _imp, _ts, mid in sorted(heap, reverse=True):
+            msg = messages[mid]
+            parts = _breakdown(msg, q)
+            assert parts is not None
+            hits.append(
+                SearchHit(
+                    message_id=mid,
+                    score=score,
+                    score_breakdown=dict(zip(FIELDS, parts, strict=True)),
+                    matched_fields=[f for f, v in zip(FIELDS, parts, strict=True) if v > 0.0],
+                )
+            )
+        return hits
+
+    def _plan(self, q: _Query) -> tuple[Iterable[int], list[array[int]]]:
+        """Candidate documents in descending order, plus posting lists to check them against."""
+        required: dict[int, array[int]] = {}
+        singles: list[str] = []
+        post = self._post
+        for term in q.terms():
+            n = len(term)
+            if n == 1:
+                singles.append(term)
+                continue
+            grams = {term} if n == 2 else {term[i : i + 3] for i in range(n - 2)}
+            for g in grams:
+                p = post.get(g)
+                if p is None:
+                    return (), []
+                required[id(p)] = p
+        if required:
+            lists = sorted(required.values(), key=len)
+            return reversed(lists[0]), lists[1 : 1 + _FILTERS]
+        best: list[array[int]] | None = None
+        best_size = 0
+        for ch in singles:
+            parts = [p for g in self._char_bigrams.get(ch, ()) if (p := post.get(g)) is not None]
+            single = self._singles.get(ch)
+            if single is not None:
+                parts.append(single)
+            size = sum(map(len, parts))
+            if best is None or size < best_size:
+                best, best_size = parts, size
+        if best is not None and best_size * _SCAN_RATIO <= len(self._docs):
+            union: set[int] = set()
+            for p in best:
+                union.update(p)
+            return sorted(union, reverse=True), []
+        return self._all_docs(), []
+
+    def _all_docs(self) -> Iterator[int]:
+        ids = self._ids
+        return (d for d in range(len(ids) - 1, -1, -1) if ids[d] is not None)
+
+    # -- accounting -------------------------------------------------------------------------
+
+    def memory_bytes(self) -> int:
+        """Bytes allocated by the index's own objects (sys.getsizeof, which for an array
+        includes its whole allocated buffer). Message-id strings are shared with the store and
+        not counted; small ints cached by CPython are not counted."""
+        size = sys.getsizeof(self) + sys.getsizeof(self._post) + sys.getsizeof(self._singles)
+        for table in (self._post, self._singles):
+            for g, p in table.items():
+                size += sys.getsizeof(g) + sys.getsizeof(p)
+        size += sys.getsizeof(self._char_bigrams)
+        for ch, s in self._char_bigrams.items():
+            size += sys.getsizeof(ch) + sys.getsizeof(s)
+        size += sys.getsizeof(self._ids) + sys.getsizeof(self._docs)
+        int_size = sys.getsizeof(1 << 20)
+        size += int_size * sum(1 for d in self._docs.values() if d > 256)
+        for arr in (self._sig, self._blk_imp, self._blk_ts):
+            size += sys.getsizeof(arr)
+        return size
+
+    def check(self, messages: Mapping[str, Message]) -> list[str]:
+        """Compare the index with `messages` (ids and indexed values); [] when consistent.
+        Reads only. Cost: one pass over the messages plus one over the posting lists."""
+        problems: list[str] = []
+        if len(messages) != len(self._docs):
+            problems.append(
+                f"search index holds {len(self._docs)} messages, store has {len(messages)}"
+            )
+        stale = 0
+        for mid, msg in messages.items():
+            doc = self._docs.get(mid)
+            if doc is None or self._sig[doc] != _signature(msg):
+                stale += 1
+        if stale:
+            problems.append(f"search index: {stale} messages missing or indexed with old values")
+        for table in (self._post, self._singles):
+            for p in table.values():
+                if any(a >= b for a, b in pairwise(p)):
+                    problems.append("search index: a posting list is not strictly ascending")
+                    return problems
+        return problems

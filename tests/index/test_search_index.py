@@ -1,0 +1,426 @@
+"""SearchIndex against a brute-force reference, plus the documented ranking rules.
+
+The reference below re-implements the match rule and the score from docs/search.md in the most
+direct way (every position, every field), independently of the index's code paths.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from convmem_engine.domain.message import Message, Metadata
+from convmem_engine.index.search_index import SearchHit, SearchIndex
+
+# -- reference ------------------------------------------------------------------------------
+
+
+def ref_fold(s: str) -> str:
+    return "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in s)
+
+
+def ref_no_space_script(cp: int) -> bool:
+    return (
+        0x0E00 <= cp <= 0x0EFF
+        or 0x1000 <= cp <= 0x109F
+        or 0x1780 <= cp <= 0x17FF
+        or 0x2E80 <= cp <= 0x9FFF
+        or 0xF900 <= cp <= 0xFAFF
+        or 0xFF66 <= cp <= 0xFF9F
+        or 0x20000 <= cp <= 0x3FFFF
+    )
+
+
+def ref_word_char(c: str) -> bool:
+    if ref_no_space_script(ord(c)):
+        return False
+    return c == "_" or c.isalnum() or unicodedata.category(c).startswith("M")
+
+
+def ref_separator(c: str) -> bool:
+    cat = unicodedata.category(c)
+    punct = cat.startswith("P") and cat != "Pc"
+    return c.isspace() or cat == "Cc" or cat.startswith("Z") or punct
+
+
+def ref_words(q: str) -> list[str]:
+    out: list[str] = []
+    cur = ""
+    for c in q:
+        if ref_separator(c):
+            if cur and cur not in out:
+                out.append(cur)
+            cur = ""
+        else:
+            cur += c
+    if cur and cur not in out:
+        out.append(cur)
+    return out
+
+
+def ref_level(needle: str, hay: str) -> float:
+    best = 0.0
+    for i in range(len(hay) - len(needle) + 1):
+        if hay[i : i + len(needle)] != needle:
+            continue
+        left_ok = i == 0 or not ref_word_char(hay[i - 1]) or not ref_word_char(needle[0])
+        j = i + len(needle)
+        right_ok = j == len(hay) or not ref_word_char(hay[j]) or not ref_word_char(needle[-1])
+        best = max(best, 1.0 if left_ok and right_ok else 0.8)
+    return best
+
+
+def ref_search(msgs: dict[str, Message], query: str, limit: int) -> list[tuple[str, float]]:
+    phrase = ref_fold(query).strip() or ref_fold(query)
+    words = ref_words(phrase)
+    multi = bool(words) and words != [phrase]
+    scored = []
+    for m in msgs.values():
+        fields = [
+            [ref_fold(m.content)],
+            [ref_fold(m.metadata.summary)] if m.metadata.summary else [],
+            [ref_fold(t) for t in m.metadata.tags],
+        ]
+        phrase_levels = [max([ref_level(phrase, t) for t in f], default=0.0) for f in fields]
+        word_levels = [
+            [max([ref_level(w, t) for t in f], default=0.0) for w in words] for f in fields
+        ]
+        all_words = multi and all(any(wl[k] > 0 for wl in word_levels) for k in range(len(words)))
+        if not any(phrase_levels) and not all_words:
+            continue
+        parts = []
+        for pl, wl in zip(phrase_levels, word_levels, strict=True):
+            if pl > 0 or not multi:
+                parts.append(pl)
+            else:
+                parts.append(round(0.5 * sum(wl) / len(words), 6))
+        score = round(max(parts[0] * 1.0, parts[1] * 0.9, parts[2] * 0.8), 6)
+        scored.append((score, m.metadata.importance, m.timestamp, m.message_id))
+    scored.sort(reverse=True)
+    return [(mid, s) for s, _i, _t, mid in scored[:limit]]
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def msg(
+    n: int,
+    content: str,
+    *,
+    summary: str | None = None,
+    tags: tuple[str, ...] = (),
+    importance: int = 50,
+    timestamp: int | None = None,
+) -> Message:
+    return Message(
+        message_id=f"01J{n:023d}",
+        session_id="s",
+        timestamp=1_700_000_000_000 + n if timestamp is None else timestamp,
+        role="user",
+        content=content,
+        metadata=Metadata(summary=summary, tags=tags, importance=importance),
+    )
+
+
+def build(messages: list[Message]) -> tuple[SearchIndex, dict[str, Message]]:
+    idx = SearchIndex()
+    for m in messages:
+        idx.add(m)
+    return idx, {m.message_id: m for m in messages}
+
+
+def ids(hits: list[SearchHit]) -> list[str]:
+    return [h.message_id for h in hits]
+
+
+def assert_like_reference(
+    idx: SearchIndex, msgs: dict[str, Message], query: str, limit: int = 1000
+) -> None:
+    got = [(h.message_id, h.score) for h in idx.search(query, msgs, limit=limit)]
+    assert got == ref_search(msgs, query, limit), query
+
+
+# -- properties -----------------------------------------------------------------------------
+
+ALPHABET = [*"aAbBcCzZ eE_-.,!?", "É", "é", "e\u0301", "設", "計", "書", "🎉", "👍", "\u200d", "と"]
+texts = st.lists(st.sampled_from(ALPHABET), max_size=14).map("".join)
+summaries = st.one_of(st.none(), texts)
+tag_lists = st.lists(texts.filter(bool), max_size=3).map(tuple)
+message_specs = st.lists(
+    st.tuples(
+        texts.filter(bool),
+        summaries,
+        tag_lists,
+        st.integers(0, 3),
+        st.integers(0, 5),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+def make(specs: list[tuple[str, str | None, tuple[str, ...], int, int]]) -> list[Message]:
+    return [
+        msg(i, c, summary=s, tags=t, importance=imp, timestamp=ts)
+        for i, (c, s, t, imp, ts) in enumerate(specs)
+    ]
+
+
+@st.composite
+def corpus_and_queries(draw: st.DrawFn) -> tuple[list[Message], list[str]]:
+    messages = make(draw(message_specs))
+    queries = []
+    for _ in range(4):
+        m = draw(st.sampled_from(messages))
+        source = draw(st.sampled_from([m.content, *m.metadata.tags, m.metadata.summary or "x"]))
+        i = draw(st.integers(0, len(source) - 1))
+        j = draw(st.integers(i + 1, len(source)))
+        queries.append(source[i:j])
+    queries.append(draw(texts.filter(bool)))
+    queries.append(draw(texts.filter(bool)) + " " + draw(texts.filter(bool)))
+    return messages, queries
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(corpus_and_queries(), st.integers(1, 6))
+def test_search_equals_brute_force(data: tuple[list[Message], list[str]], limit: int) -> None:
+    messages, queries = data
+    idx, msgs = build(messages)
+    for q in queries:
+        assert_like_reference(idx, msgs, q)
+        assert_like_reference(idx, msgs, q, limit)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    message_specs,
+    st.lists(
+        st.tuples(
+            st.sampled_from(["remove", "replace", "replace_bad", "add"]),
+            st.integers(0, 30),
+            texts.filter(bool),
+            tag_lists,
+        ),
+        max_size=20,
+    ),
+    st.lists(texts.filter(bool), min_size=1, max_size=4),
+)
+def test_mutations_equal_brute_force(
+    specs: list[tuple[str, str | None, tuple[str, ...], int, int]],
+    ops: list[tuple[str, int, str, tuple[str, ...]]],
+    queries: list[str],
+) -> None:
+    messages = make(specs)
+    idx, msgs = build(messages)
+    next_n = len(messages)
+    for op, k, text, tags in ops:
+        live = list(msgs.values())
+        if op == "add" or not live:
+            m = msg(next_n, text, tags=tags, importance=k % 4, timestamp=k % 5)
+            next_n += 1
+            idx.add(m)
+            msgs[m.message_id] = m
+            continue
+        old = live[k % len(live)]
+        if op == "remove":
+            idx.remove(old)
+            del msgs[old.message_id]
+        else:
+            new = Message(
+                message_id=old.message_id,
+                session_id=old.session_id,
+                timestamp=old.timestamp,
+                role=old.role,
+                content=text,
+                revision=old.revision + 1,
+                metadata=Metadata(tags=tags, importance=k % 4, summary=old.metadata.summary),
+            )
+            # replace_bad: the caller passes a value that is not the indexed one.
+            given_old = new if op == "replace_bad" else old
+            idx.replace(given_old, new)
+            msgs[old.message_id] = new
+    assert idx.check(msgs) == []
+    assert len(idx) == len(msgs)
+    for q in [*queries, *(m.content[:2] for m in msgs.values())]:
+        assert_like_reference(idx, msgs, q)
+        assert_like_reference(idx, msgs, q, 2)
+
+
+# -- examples -------------------------------------------------------------------------------
+
+
+def test_ascii_only_case_folding() -> None:
+    idx, msgs = build([msg(1, "Hello WORLD"), msg(2, "École é"), msg(3, "ÉCOLE")])
+    assert ids(idx.search("hello world", msgs, limit=10)) == [msgs_id(1)]
+    assert ids(idx.search("HELLO", msgs, limit=10)) == [msgs_id(1)]
+    assert ids(idx.search("école", msgs, limit=10)) == []  # É is not folded to é
+    # "ÉCOLE" folds to "École": only the ASCII letters change.
+    assert ids(idx.search("École", msgs, limit=10)) == [msgs_id(3), msgs_id(2)]
+    assert ids(idx.search("ÉCOLE", msgs, limit=10)) == [msgs_id(3), msgs_id(2)]
+    assert ids(idx.search("éCOLE", msgs, limit=10)) == []
+    assert ids(idx.search("É", msgs, limit=10)) == [msgs_id(3), msgs_id(2)]
+    assert ids(idx.search("é", msgs, limit=10)) == [msgs_id(2)]
+
+
+def msgs_id(n: int) -> str:
+    return msg(n, "x").message_id
+
+
+def test_cjk_emoji_and_combining() -> None:
+    idx, msgs = build(
+        [
+            msg(1, "新しい設計書をレビューした"),
+            msg(2, "設定を変更"),
+            msg(3, "party 🎉🎉 tonight"),
+            msg(4, "cafe\u0301 au lait"),  # e + combining acute
+            msg(5, "👍"),
+            msg(6, "猫"),
+            msg(7, "家族 👨\u200d👩\u200d👧"),
+        ]
+    )
+    assert ids(idx.search("設計", msgs, limit=10)) == [msgs_id(1)]
+    assert ids(idx.search("設", msgs, limit=10)) == [msgs_id(2), msgs_id(1)]
+    assert ids(idx.search("設計書", msgs, limit=10)) == [msgs_id(1)]
+    assert ids(idx.search("🎉", msgs, limit=10)) == [msgs_id(3)]
+    assert ids(idx.search("👍", msgs, limit=10)) == [msgs_id(5)]
+    assert ids(idx.search("猫", msgs, limit=10)) == [msgs_id(6)]
+    assert ids(idx.search("👨\u200d👩", msgs, limit=10)) == [msgs_id(7)]
+    hits = idx.search("cafe\u0301", msgs, limit=10)
+    assert ids(hits) == [msgs_id(4)] and hits[0].score == 1.0
+    # "cafe" is inside the longer word "café" (the combining mark continues the word).
+    hits = idx.search("cafe", msgs, limit=10)
+    assert ids(hits) == [msgs_id(4)] and hits[0].score == 0.8
+    # CJK has no word boundaries: any occurrence is a whole-word match.
+    assert idx.search("設計", msgs, limit=1)[0].score == 1.0
+
+
+def test_multi_word_and_ranking() -> None:
+    idx, msgs = build(
+        [
+            msg(1, "we made a decision about the database"),  # both words, not adjacent
+            msg(2, "database decision recorded"),  # exact phrase
+            msg(3, "databases decisions"),  # partial words only
+            msg(4, "only the database here"),  # one word: no match
+            msg(5, "notes", summary="database decision"),  # phrase in summary
+            msg(6, "notes", tags=("database decision",)),  # phrase in a tag
+            msg(7, "database", tags=("decision",)),  # words split across fields
+        ]
+    )
+    hits = idx.search("Database Decision", msgs, limit=10)
+    assert ids(hits) == [msgs_id(n) for n in (2, 5, 6, 1, 3, 7)]
+    assert [h.score for h in hits] == [1.0, 0.9, 0.8, 0.5, 0.4, 0.25]
+    assert hits[0].score_breakdown == {"content": 1.0, "summary": 0.0, "tags": 0.0}
+    assert hits[0].matched_fields == ["content"]
+    assert hits[-1].score_breakdown == {"content": 0.25, "summary": 0.0, "tags": 0.25}
+    assert hits[-1].matched_fields == ["content", "tags"]
+    # Punctuation separates words too.
+    assert ids(idx.search("decision, database!", msgs, limit=2)) == [msgs_id(2), msgs_id(1)]
+
+
+def test_whole_word_ranks_above_partial() -> None:
+    idx, msgs = build([msg(1, "category theory"), msg(2, "the cat sat"), msg(3, "cat")])
+    hits = idx.search("cat", msgs, limit=10)
+    assert ids(hits) == [msgs_id(3), msgs_id(2), msgs_id(1)]
+    assert [h.score for h in hits] == [1.0, 1.0, 0.8]
+
+
+def test_tie_breaks_importance_then_newer_then_id() -> None:
+    idx, msgs = build(
+        [
+            msg(1, "alpha", importance=50, timestamp=10),
+            msg(2, "alpha", importance=90, timestamp=5),
+            msg(3, "alpha", importance=50, timestamp=20),
+            msg(4, "alpha", importance=50, timestamp=20),
+            msg(5, "alpha", importance=10, timestamp=99),
+        ]
+    )
+    assert ids(idx.search("alpha", msgs, limit=10)) == [msgs_id(n) for n in (2, 4, 3, 1, 5)]
+    assert ids(idx.search("alpha", msgs, limit=2)) == [msgs_id(2), msgs_id(4)]
+
+
+def test_early_stop_with_out_of_order_timestamps_and_importance() -> None:
+    # Thousands of best-score hits in many blocks, newest and most important ones scattered.
+    messages = [
+        msg(i, "the word", timestamp=(i * 7919) % 5000, importance=50 + (i % 997 == 0) * 40)
+        for i in range(3000)
+    ]
+    idx, msgs = build(messages)
+    for limit in (1, 5, 20):
+        assert_like_reference(idx, msgs, "the", limit)
+        assert_like_reference(idx, msgs, "word", limit)
+
+
+def test_accept_filter_and_limit() -> None:
+    idx, msgs = build([msg(i, f"note {i}", importance=i) for i in range(10)])
+    hits = idx.search("note", msgs, accept=lambda m: m.metadata.importance % 2 == 0, limit=3)
+    assert ids(hits) == [msgs_id(8), msgs_id(6), msgs_id(4)]
+    with pytest.raises(ValueError, match="limit"):
+        idx.search("note", msgs, limit=0)
+    assert idx.search("", msgs, limit=5) == []
+
+
+def test_verification_uses_the_given_messages() -> None:
+    idx, msgs = build([msg(1, "apple pie"), msg(2, "banana")])
+    # A mapping whose value differs from the indexed one: never a false hit.
+    changed = dict(msgs)
+    changed[msgs_id(1)] = msg(1, "cherry")
+    assert idx.search("apple", changed, limit=5) == []
+    del changed[msgs_id(2)]
+    assert idx.search("banana", changed, limit=5) == []
+
+
+def test_remove_replace_clear_and_memory() -> None:
+    a, b = msg(1, "Kyoto trip", tags=("travel",)), msg(2, "Osaka trip")
+    idx, msgs = build([a, b])
+    empty = SearchIndex().memory_bytes()
+    assert idx.memory_bytes() > empty
+    a2 = Message(
+        message_id=a.message_id,
+        session_id="s",
+        timestamp=a.timestamp,
+        role="user",
+        content="Nara trip",
+        revision=2,
+        metadata=Metadata(tags=("travel", "deer")),
+    )
+    idx.replace(a, a2)
+    msgs[a.message_id] = a2
+    assert idx.search("kyoto", msgs, limit=5) == []
+    assert ids(idx.search("deer", msgs, limit=5)) == [a.message_id]
+    assert ids(idx.search("trip", msgs, limit=5)) == [b.message_id, a.message_id]
+    idx.remove(b)
+    del msgs[b.message_id]
+    idx.remove(b)  # unknown ids are ignored
+    assert ids(idx.search("trip", msgs, limit=5)) == [a.message_id]
+    assert idx.check(msgs) == []
+    with pytest.raises(ValueError, match="already indexed"):
+        idx.add(a2)
+    with_one = idx.memory_bytes()
+    idx.remove(a2)
+    assert idx.memory_bytes() < with_one
+    idx.clear()
+    assert len(idx) == 0 and idx.memory_bytes() == empty
+
+
+def test_search_mutates_nothing() -> None:
+    messages = [msg(i, f"word{i % 7} the x 設計") for i in range(600)]
+    idx, msgs = build(messages)
+    before_mem = idx.memory_bytes()
+    before = {k: (v.to_json()) for k, v in msgs.items()}
+    for q in ("the", "x", "設", "word3 the", "zzz", "e", "q"):
+        idx.search(q, msgs, limit=5)
+    assert idx.memory_bytes() == before_mem
+    assert {k: v.to_json() for k, v in msgs.items()} == before
+    assert idx.check(msgs) == []
+
+
+def test_single_code_point_queries_union_and_scan() -> None:
+    # "q" is rare (union of 2-gram lists); "e" is everywhere (scan of all documents).
+    messages = [msg(i, "e" * (i % 5 + 1)) for i in range(200)] + [msg(500, "aq"), msg(501, "q")]
+    idx, msgs = build(messages)
+    assert_like_reference(idx, msgs, "q")
+    assert_like_reference(idx, msgs, "e", 7)
+    assert_like_reference(idx, msgs, "e")
