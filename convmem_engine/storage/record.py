@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import struct
+import sys
 import zlib
 from typing import Any, Final
 
@@ -86,14 +87,16 @@ def decode_message(payload: bytes) -> Message:
     d = json.loads(payload)
     if not isinstance(d, dict):
         raise ValueError("payload is not a JSON object")
+    ts = int(d["timestamp"])
+    updated = int(d["updated_at"])
     return Message(
         message_id=_str(d["message_id"]),
-        session_id=_str(d["session_id"]),
-        timestamp=int(d["timestamp"]),
-        role=_str(d["role"]),
+        session_id=sys.intern(_str(d["session_id"])),
+        timestamp=ts,
+        role=sys.intern(_str(d["role"])),
         content=_str(d["content"]),
         revision=int(d["revision"]),
-        updated_at=int(d["updated_at"]),
+        updated_at=ts if updated == ts else updated,
         metadata=metadata_from_json(d.get("metadata") or {}),
     )
 

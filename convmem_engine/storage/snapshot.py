@@ -220,11 +220,13 @@ def read_body(fs: FileSystem, fd: int, meta: SnapshotMeta) -> dict[str, Message]
                     mid = r[0]
                     s0(m, mid)
                     s1(m, intern(r[1]))
-                    s2(m, r[2])
+                    ts = r[2]
+                    s2(m, ts)
                     s3(m, intern(r[3]))
                     s4(m, r[4])
                     s5(m, r[5])
-                    s6(m, r[6])
+                    upd = r[6]
+                    s6(m, ts if upd == ts else upd)  # one int object when equal
                     md = r[7]
                     s7(m, default if md == 0 else metadata_from_json(md))
                     out[mid] = m
