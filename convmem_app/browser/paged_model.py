@@ -1,0 +1,285 @@
+"""A table model over a cursor-paged MemoryService view, loaded page by page off the GUI thread.
+
+Qt's views call `canFetchMore`/`fetchMore` as the user scrolls near the end; each call starts at
+most one background read. `refresh()` re-reads the rows already shown and merges them in place
+(removals, moves, inserts, data changes) so selections and the current row survive live updates.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    Qt,
+    Signal,
+)
+
+from convmem_app.browser.jobs import Job, JobRunner
+
+Row = dict[str, Any]
+Page = tuple[list[Row], str | None]
+AnyIndex = QModelIndex | QPersistentModelIndex
+
+SORT_ROLE = Qt.ItemDataRole.UserRole + 1  # raw value for sorting
+KEY_ROLE = Qt.ItemDataRole.UserRole + 2  # the row's id (session_id / message_id)
+ROW_ROLE = Qt.ItemDataRole.UserRole + 3  # the whole row dict
+FILTER_ROLE = Qt.ItemDataRole.UserRole + 4  # text the filter proxy matches against
+
+
+class PagedTableModel(QAbstractTableModel):
+    loadingChanged = Signal(bool)
+    pageLoaded = Signal(int)  # number of rows now loaded
+    refreshed = Signal()
+    loadFailed = Signal(str)
+
+    PAGE_SIZE = 200
+    HEADERS: tuple[str, ...] = ()
+
+    def __init__(self, runner: JobRunner, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._runner = runner
+        self._rows: list[Row] = []
+        self._pos: dict[str, int] = {}
+        self._cursor: str | None = None
+        self._exhausted = True
+        self._job: Job | None = None
+        self._generation = 0
+        self._refresh_pending = False
+
+    # --- subclass hooks (the read hooks run on a worker thread: no Qt state there) ---
+
+    def key(self, row: Row) -> str:
+        raise NotImplementedError
+
+    def read_page(self, cursor: str | None, limit: int) -> Page:
+        raise NotImplementedError
+
+    def cell(self, row: Row, column: int, role: int) -> Any:
+        raise NotImplementedError
+
+    # --- Qt model API ---
+
+    def rowCount(self, parent: AnyIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self._rows)
+
+    def columnCount(self, parent: AnyIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.HEADERS)
+
+    def headerData(
+        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
+    ) -> Any:
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return self.HEADERS[section]
+        return None
+
+    def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid() or index.row() >= len(self._rows):
+            return None
+        row = self._rows[index.row()]
+        if role == KEY_ROLE:
+            return self.key(row)
+        if role == ROW_ROLE:
+            return row
+        return self.cell(row, index.column(), role)
+
+    def canFetchMore(self, parent: AnyIndex) -> bool:
+        return not parent.isValid() and not self._exhausted and self._job is None
+
+    def fetchMore(self, parent: AnyIndex) -> None:
+        if self.canFetchMore(parent):
+            self._load_page()
+
+    # --- public API ---
+
+    @property
+    def loading(self) -> bool:
+        return self._job is not None
+
+    @property
+    def exhausted(self) -> bool:
+        return self._exhausted
+
+    def rows(self) -> list[Row]:
+        return list(self._rows)
+
+    def row_of(self, key: str) -> int:
+        return self._pos.get(key, -1)
+
+    def row_data(self, row: int) -> Row:
+        return self._rows[row]
+
+    def clear(self) -> None:
+        self._generation += 1
+        self._cancel_job()
+        self.beginResetModel()
+        self._rows = []
+        self._pos = {}
+        self._cursor = None
+        self._exhausted = True
+        self.endResetModel()
+
+    def reload(self) -> None:
+        """Drop everything and load the first page."""
+        self.clear()
+        self._exhausted = False
+        self._load_page()
+
+    def refresh(self) -> None:
+        """Re-read as many rows as are loaded now and merge them in place."""
+        if self._job is not None:
+            self._refresh_pending = True
+            return
+        target = max(len(self._rows), self.PAGE_SIZE)
+        generation = self._generation
+
+        def work(job: Job) -> Page:
+            rows: list[Row] = []
+            cursor: str | None = None
+            while True:
+                page, cursor = self.read_page(cursor, min(1000, target - len(rows)))
+                rows.extend(page)
+                if cursor is None or len(rows) >= target or job.cancelled:
+                    return rows, cursor
+
+        self._start(work, lambda result: self._refresh_done(generation, result))
+
+    def remove_key(self, key: str) -> bool:
+        row = self._pos.get(key)
+        if row is None:
+            return False
+        self.beginRemoveRows(QModelIndex(), row, row)
+        del self._rows[row]
+        self._reindex()
+        self.endRemoveRows()
+        return True
+
+    def replace_row(self, new: Row) -> bool:
+        row = self._pos.get(self.key(new))
+        if row is None:
+            return False
+        self._rows[row] = new
+        self.dataChanged.emit(self.index(row, 0), self.index(row, self.columnCount() - 1))
+        return True
+
+    def append_row(self, new: Row) -> bool:
+        if self.key(new) in self._pos:
+            return self.replace_row(new)
+        n = len(self._rows)
+        self.beginInsertRows(QModelIndex(), n, n)
+        self._rows.append(new)
+        self._pos[self.key(new)] = n
+        self.endInsertRows()
+        return True
+
+    # --- internals ---
+
+    def _reindex(self) -> None:
+        self._pos = {self.key(r): i for i, r in enumerate(self._rows)}
+
+    def _cancel_job(self) -> None:
+        if self._job is not None:
+            self._job.cancel()
+            self._job = None
+            self.loadingChanged.emit(False)
+
+    def _start(self, work: Any, on_success: Any) -> None:
+        job = Job(work)
+        self._job = job
+
+        def finished() -> None:
+            if self._job is job:
+                self._job = None
+                self.loadingChanged.emit(False)
+                if self._refresh_pending:
+                    self._refresh_pending = False
+                    self.refresh()
+
+        def succeeded(result: Any) -> None:
+            if self._job is job:
+                on_success(result)
+
+        def failed(exc: BaseException) -> None:
+            if self._job is job:
+                self.loadFailed.emit(str(exc))
+
+        job.succeeded.connect(succeeded)
+        job.failed.connect(failed)
+        job.finished.connect(finished)
+        self.loadingChanged.emit(True)
+        self._runner.start(job)
+
+    def _load_page(self) -> None:
+        cursor = self._cursor
+        generation = self._generation
+        limit = self.PAGE_SIZE
+        self._start(
+            lambda job: self.read_page(cursor, limit),
+            lambda result: self._page_done(generation, result),
+        )
+
+    def _page_done(self, generation: int, result: Page) -> None:
+        if generation != self._generation:
+            return
+        page, cursor = result
+        fresh = [r for r in page if self.key(r) not in self._pos]
+        if fresh:
+            n = len(self._rows)
+            self.beginInsertRows(QModelIndex(), n, n + len(fresh) - 1)
+            for r in fresh:
+                self._pos[self.key(r)] = len(self._rows)
+                self._rows.append(r)
+            self.endInsertRows()
+        self._cursor = cursor
+        self._exhausted = cursor is None
+        self.pageLoaded.emit(len(self._rows))
+
+    def _refresh_done(self, generation: int, result: Page) -> None:
+        if generation != self._generation:
+            return
+        new_rows, cursor = result
+        self._merge(new_rows)
+        self._cursor = cursor
+        self._exhausted = cursor is None
+        self.refreshed.emit()
+
+    def _merge(self, new_rows: list[Row]) -> None:
+        new_keys = [self.key(r) for r in new_rows]
+        wanted = set(new_keys)
+        # 1. remove rows that vanished, bottom-up so row numbers stay valid
+        for row in range(len(self._rows) - 1, -1, -1):
+            if self.key(self._rows[row]) not in wanted:
+                self.beginRemoveRows(QModelIndex(), row, row)
+                del self._rows[row]
+                self.endRemoveRows()
+        self._reindex()
+        # 2. reorder the survivors into the new order (same count: a layout change)
+        survivors = [k for k in new_keys if k in self._pos]
+        current = [self.key(r) for r in self._rows]
+        if survivors != current:
+            self.layoutAboutToBeChanged.emit()
+            by_key = {self.key(r): r for r in self._rows}
+            new_pos = {k: i for i, k in enumerate(survivors)}
+            old_list = self.persistentIndexList()
+            new_list = [self.index(new_pos[current[i.row()]], i.column()) for i in old_list]
+            self._rows = [by_key[k] for k in survivors]
+            self._reindex()
+            self.changePersistentIndexList(old_list, new_list)
+            self.layoutChanged.emit()
+        # 3. insert newcomers at their places; the survivors are a subsequence of new_keys
+        for i, row_value in enumerate(new_rows):
+            k = new_keys[i]
+            if i < len(self._rows) and self.key(self._rows[i]) == k:
+                self._rows[i] = row_value
+                continue
+            self.beginInsertRows(QModelIndex(), i, i)
+            self._rows.insert(i, row_value)
+            self.endInsertRows()
+        self._reindex()
+        if self._rows:
+            self.dataChanged.emit(
+                self.index(0, 0), self.index(len(self._rows) - 1, self.columnCount() - 1)
+            )

@@ -1,0 +1,71 @@
+"""Helpers for the browser tests (real MemoryService, real widgets)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from PySide6.QtCore import QItemSelectionModel, QModelIndex
+
+from convmem_app.browser import MemoryBrowser
+from convmem_engine.service import MemoryService
+
+
+def write(
+    svc: MemoryService, session: str, content: str, role: str = "user", **meta: Any
+) -> dict[str, Any]:
+    result = svc.write_message(
+        session_id=session,
+        role=role,
+        content=content,
+        metadata_json=json.dumps(meta) if meta else None,
+    )
+    return dict(result["message"])
+
+
+def stored(svc: MemoryService, message_id: str) -> dict[str, Any]:
+    result = svc.read_messages(
+        view="context", message_id=message_id, before=0, after=0, relation_depth=0
+    )
+    return dict(result["message"])
+
+
+def select_session(qtbot: Any, b: MemoryBrowser, session_id: str) -> None:
+    """Click-equivalent: make the session current in the sessions view, wait for its history."""
+    qtbot.waitUntil(lambda: b.sessions_model.row_of(session_id) >= 0)
+    source = b.sessions_model.index(b.sessions_model.row_of(session_id), 0)
+    index = b.sessions_proxy.mapFromSource(source)
+    b.sessions_view.selectionModel().setCurrentIndex(
+        index,
+        QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows,
+    )
+    qtbot.waitUntil(
+        lambda: (
+            b.history_model.session_id == session_id
+            and not b.history_model.loading
+            and b.history_model.rowCount() > 0
+        )
+    )
+
+
+def select_history_rows(b: MemoryBrowser, *rows: int) -> None:
+    sel = b.history_view.selectionModel()
+    first = True
+    for row in rows:
+        flag = (
+            QItemSelectionModel.SelectionFlag.ClearAndSelect
+            if first
+            else QItemSelectionModel.SelectionFlag.Select
+        )
+        sel.setCurrentIndex(
+            b.history_model.index(row, 0), flag | QItemSelectionModel.SelectionFlag.Rows
+        )
+        first = False
+
+
+def history_ids(b: MemoryBrowser) -> list[str]:
+    return [str(r["message_id"]) for r in b.history_model.rows()]
+
+
+def no_index() -> QModelIndex:
+    return QModelIndex()

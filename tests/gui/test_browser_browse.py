@@ -1,0 +1,195 @@
+"""Sessions list, history paging, message detail, window state, shortcuts, palette."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from gui_helpers import history_ids, select_history_rows, select_session, write
+from PySide6.QtCore import QModelIndex, QSettings, Qt, QThread
+from PySide6.QtGui import QPalette
+from PySide6.QtWidgets import QApplication
+
+from convmem_app.browser import theme
+from convmem_app.browser.history_model import INLINE_CHARS, HistoryModel
+from convmem_app.browser.jobs import JobRunner
+from convmem_app.browser.sessions_model import COL_COUNT, COL_KINDS, SessionsModel
+from convmem_engine.service import MemoryService
+
+pytestmark = pytest.mark.gui
+
+
+def test_sessions_show_counts_kinds_summary_and_times(
+    qtbot: Any, service: MemoryService, make_browser: Any
+) -> None:
+    write(service, "alpha", "first note about databases")
+    write(service, "alpha", "we chose sqlite", memory_kind="semantic", summary="decided on sqlite")
+    write(service, "beta", "hello there")
+    b = make_browser()
+    qtbot.waitUntil(lambda: b.sessions_model.rowCount() == 2 and b.sessions_model.exhausted)
+    row = b.sessions_model.row_of("alpha")
+    model = b.sessions_model
+    assert model.index(row, COL_COUNT).data() == 2
+    assert model.index(row, COL_KINDS).data() == "conv 1 · sem 1"
+    assert "semantic: 1" in model.index(row, COL_KINDS).data(Qt.ItemDataRole.ToolTipRole)
+    entry = model.row_data(row)
+    assert model.index(row, 3).data() == entry["representative_summary"]
+    assert model.index(row, 4).data() and model.index(row, 5).data()
+    assert b.sessions_label.text() == "Sessions (2)"
+
+
+def test_sessions_filter_and_sort(qtbot: Any, service: MemoryService, make_browser: Any) -> None:
+    for i, name in enumerate(("project-x", "holiday", "project-y")):
+        for _ in range(i + 1):
+            write(service, name, f"message in {name}")
+    b = make_browser()
+    qtbot.waitUntil(lambda: b.sessions_model.rowCount() == 3)
+    b.session_filter.setText("PROJECT")
+    proxy = b.sessions_proxy
+    assert proxy.rowCount() == 2
+    assert {proxy.index(r, 0).data() for r in range(2)} == {"project-x", "project-y"}
+    b.session_filter.clear()
+    b.sessions_view.sortByColumn(COL_COUNT, Qt.SortOrder.DescendingOrder)
+    assert [proxy.index(r, 0).data() for r in range(3)] == ["project-y", "holiday", "project-x"]
+
+
+def test_select_session_shows_history_rows(
+    qtbot: Any, service: MemoryService, make_browser: Any
+) -> None:
+    written = [
+        write(service, "s1", "question one"),
+        write(service, "s1", "answer one", role="assistant", tags=["a", "b"], importance=80),
+    ]
+    write(service, "s2", "elsewhere")
+    b = make_browser()
+    select_session(qtbot, b, "s1")
+    assert history_ids(b) == [m["message_id"] for m in written]
+    m = b.history_model
+    assert [m.index(1, c).data() for c in range(1, 7)] == [
+        "assistant",
+        "conversation",
+        "short",
+        80,
+        "a, b",
+        "answer one",
+    ]
+    assert m.index(1, 0).data()  # time
+    assert "s1 (2 messages)" in b.history_label.text()
+
+
+def _load_all(qtbot: Any, model: Any) -> None:
+    """Page to the end as a scrolling view would (fetchMore while canFetchMore)."""
+    while not model.exhausted:
+        qtbot.waitUntil(lambda: not model.loading)
+        if model.canFetchMore(QModelIndex()):
+            model.fetchMore(QModelIndex())
+
+
+def test_sessions_and_history_load_page_by_page(
+    qtbot: Any, service: MemoryService, make_browser: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(SessionsModel, "PAGE_SIZE", 4)
+    monkeypatch.setattr(HistoryModel, "PAGE_SIZE", 5)
+    for s in range(10):
+        write(service, f"session-{s:02}", "x")
+    ids = [write(service, "big", f"message {i}")["message_id"] for i in range(12)]
+    b = make_browser()
+    sessions = b.sessions_model
+    pages: list[int] = []
+    sessions.pageLoaded.connect(pages.append)
+    _load_all(qtbot, sessions)
+    assert pages == [4, 8, 11]  # one page of 4 at a time, from the sessions view's cursors
+    assert b.sessions_label.text() == "Sessions (11)"
+    select_session(qtbot, b, "big")
+    history = b.history_model
+    assert history.rowCount() in (5, 10)  # the first page, or two if the view asked to fill up
+    _load_all(qtbot, history)
+    assert history_ids(b) == ids
+    assert not history.canFetchMore(QModelIndex())
+
+
+def test_detail_shows_fields_and_loads_large_content_in_chunks(
+    qtbot: Any, service: MemoryService, make_browser: Any
+) -> None:
+    big = ("Grüße aus Köln — " * 20_000)[:300_000]  # multi-byte text over several chunks
+    msg = write(service, "s", big, tags=["long"], summary="a long one", importance=7)
+    b = make_browser()
+    select_session(qtbot, b, "s")
+    assert len(b.history_model.row_data(0)["content"]) == INLINE_CHARS  # rows keep a prefix
+    with qtbot.waitSignal(b.detail.contentLoaded, timeout=10_000) as loaded:
+        select_history_rows(b, 0)
+    assert loaded.args == [msg["message_id"]]
+    assert b.detail.content.toPlainText() == big
+    total = len(big.encode("utf-8"))
+    assert b.detail.progress.maximum() == total and b.detail.progress.value() == total
+    assert b.detail.fields["tags"].text() == "long"
+    assert b.detail.fields["summary"].text() == "a long one"
+    assert b.detail.fields["importance"].text() == "7"
+    assert "revision 1" in b.detail.header.text()
+
+
+def test_window_state_is_remembered(
+    qtbot: Any, service: MemoryService, settings: QSettings, make_browser: Any
+) -> None:
+    write(service, "s", "x")
+    b = make_browser()
+    b.resize(700, 560)
+    b.tabs.setCurrentIndex(2)
+    b.close()
+    assert settings.value("browser/geometry") is not None
+    again = make_browser()
+    assert again.size().width() == 700 and again.size().height() == 560
+    assert again.tabs.currentIndex() == 2
+
+
+def test_keyboard_shortcuts(qtbot: Any, service: MemoryService, make_browser: Any) -> None:
+    write(service, "s", "one")
+    write(service, "s", "two")
+    b = make_browser()
+    b.activateWindow()
+    select_session(qtbot, b, "s")
+    qtbot.keyClick(b, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
+    assert b.tabs.currentIndex() == 1
+    qtbot.keyClick(b, Qt.Key.Key_L, Qt.KeyboardModifier.ControlModifier)
+    assert b.tabs.currentIndex() == 0
+    select_history_rows(b, 0, 1)
+    b.history_view.setFocus()
+    with qtbot.waitSignal(b.deleteConfirmationShown) as shown:
+        qtbot.keyClick(b.history_view, Qt.Key.Key_Delete)
+    shown.args[0].reject()
+    write(service, "t", "three")
+    qtbot.keyClick(b, Qt.Key.Key_F5)
+    qtbot.waitUntil(lambda: b.sessions_model.row_of("t") >= 0)
+
+
+def test_palette_follows_colour_scheme(
+    qtbot: Any, service: MemoryService, make_browser: Any
+) -> None:
+    b = make_browser()
+    b.apply_color_scheme(Qt.ColorScheme.Dark)
+    assert theme.is_dark(b.palette())
+    assert b.palette().color(QPalette.ColorRole.Window) == theme.dark_palette().color(
+        QPalette.ColorRole.Window
+    )
+    b.apply_color_scheme(Qt.ColorScheme.Light)
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    assert theme.is_dark(b.palette()) == theme.is_dark(app.palette())
+
+
+def test_jobs_report_on_the_gui_thread(qtbot: Any) -> None:
+    runner = JobRunner()
+    threads: list[object] = []
+    gui = QThread.currentThread()
+
+    def work(job: Any) -> object:
+        job.report(1, 2)
+        return QThread.currentThread()
+
+    job_obj = runner.run(work)
+    job_obj.progress.connect(lambda d, t: threads.append(QThread.currentThread()))
+    with qtbot.waitSignal(job_obj.succeeded) as done:
+        pass
+    assert done.args[0] is not gui  # the work ran on a pool thread
+    assert all(t is gui for t in threads)
+    runner.wait()
