@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
@@ -19,9 +18,11 @@ from jsonschema.exceptions import ValidationError as SchemaError
 
 from convmem_engine.domain.errors import ConvMemError, ValidationError
 from convmem_engine.mcp.schemas import TOOLS, ToolSpec
+from convmem_engine.service import result_json
 
 MAX_REPORTED_ERRORS: Final = 5
 
+_ULID_RULE: Final = "must be a canonical 26-character ULID (uppercase Crockford base32)"
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
@@ -82,10 +83,10 @@ def _describe(error: SchemaError) -> str:
         return f"{field}: must be at least {schema.get('minLength')} characters"
     if keyword == "maxLength":
         if "pattern" in schema:
-            return f"{field}: must be a 26-character ULID"
+            return f"{field}: {_ULID_RULE}"
         return f"{field}: must be at most {schema.get('maxLength')} UTF-8 bytes"
     if keyword == "pattern":
-        return f"{field}: must be a 26-character ULID"
+        return f"{field}: {_ULID_RULE}"
     if keyword in ("minimum", "maximum"):
         low, high = schema.get("minimum"), schema.get("maximum")
         if high is None:
@@ -127,11 +128,12 @@ def validate_arguments(tool: ToolSpec, arguments: Mapping[str, Any]) -> None:
         shown = problems[:MAX_REPORTED_ERRORS]
         more = len(problems) - len(shown)
         suffix = f"; and {more} more" if more else ""
-        raise ValidationError(f"invalid arguments for {tool.name}: {'; '.join(shown)}{suffix}")
+        raise ValidationError(f"{'; '.join(shown)}{suffix}")
 
 
 def to_text(payload: Mapping[str, Any]) -> str:
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    """The service's own serialization, so its response budget counts the bytes sent."""
+    return result_json(payload)
 
 
 def ok_result(payload: Mapping[str, Any]) -> types.CallToolResult:

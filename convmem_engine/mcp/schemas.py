@@ -16,11 +16,12 @@ from typing import Any, Final
 
 from convmem_engine.domain import limits as L
 from convmem_engine.domain.message import MEMORY_KINDS, MEMORY_TIERS, RELATION_TYPES, ROLES
+from convmem_engine.domain.validation import ULID_RE
 
 SERVER_NAME: Final = "convmem"
 
-ULID_PATTERN: Final = "^[0-7][0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{25}$"
-"""A 26-character ULID in Crockford base32 (case-insensitive, first character 0-7)."""
+ULID_PATTERN: Final = f"^{ULID_RE.pattern}$"
+"""A canonical 26-character ULID: uppercase Crockford base32, first character 0-7."""
 
 READ_VIEWS: Final = ("history", "content", "context", "sessions")
 
