@@ -43,9 +43,19 @@ _RESULTS_RESERVE = len('{"results":[]}')
 
 
 class MemoryService:
-    def __init__(self, store: Store, *, clock: Callable[[], int] = utc_millis) -> None:
-        """Wrap an open store (prefer `MemoryService.open`). Builds every index."""
+    def __init__(
+        self,
+        store: Store,
+        *,
+        clock: Callable[[], int] = utc_millis,
+        response_budget: int = limits.RESPONSE_BUDGET_BYTES,
+    ) -> None:
+        """Wrap an open store (prefer `MemoryService.open`). Builds every index.
+
+        `clock` (UTC milliseconds) and `response_budget` (bytes) are seams for tests.
+        """
         self._store = store
+        self._budget = response_budget
         self._clock = clock
         self._ids = UlidSource(clock)
         self._lock = RWLock()
@@ -64,6 +74,7 @@ class MemoryService:
         *,
         fs: FileSystem | None = None,
         clock: Callable[[], int] = utc_millis,
+        response_budget: int = limits.RESPONSE_BUDGET_BYTES,
     ) -> MemoryService:
         """Open the store in `data_dir` and build the indexes.
 
@@ -71,7 +82,7 @@ class MemoryService:
         """
         store = Store.open(data_dir, fs=fs)
         try:
-            return cls(store, clock=clock)
+            return cls(store, clock=clock, response_budget=response_budget)
         except BaseException:
             store.close()
             raise
@@ -134,7 +145,7 @@ class MemoryService:
             raise InternalError("service: closed")
 
     def _state(self) -> views.ReadState:
-        return views.ReadState(self._store.messages, self._history, self._relations)
+        return views.ReadState(self._store.messages, self._history, self._relations, self._budget)
 
     def _check_relation_targets(
         self,
@@ -364,7 +375,7 @@ class MemoryService:
             self._check_open()
             messages = self._store.messages
             hits = self._search.search(q, messages, accept=accept, limit=limit_)
-            budget = Budget(_RESULTS_RESERVE)
+            budget = Budget(_RESULTS_RESERVE, self._budget)
             results: list[dict[str, Any]] = []
             for hit in hits:
                 msg = messages[hit.message_id]

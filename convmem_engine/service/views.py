@@ -25,6 +25,7 @@ class ReadState:
     messages: Mapping[str, Message]
     history: HistoryIndex
     relations: RelationIndex
+    budget: int = limits.RESPONSE_BUDGET_BYTES
 
 
 def _not_found(message_id: str) -> NotFoundError:
@@ -38,7 +39,7 @@ def _not_found(message_id: str) -> NotFoundError:
 def history(state: ReadState, session_id: str, limit: int, cursor: str | None) -> dict[str, Any]:
     after = None if cursor is None else cursors.decode(cursor, "history", session_id)
     ids, more = state.history.ids_after(session_id, after, limit)
-    budget = Budget(len('{"history":[]}') + _CURSOR_RESERVE)
+    budget = Budget(len('{"history":[]}') + _CURSOR_RESERVE, state.budget)
     items: list[dict[str, Any]] = []
     for mid in ids:
         item = state.messages[mid].to_json()
@@ -133,7 +134,8 @@ def context(
                 "session": session,
                 "truncated": False,
             }
-        )
+        ),
+        state.budget,
     )
     budget.count = 1  # the message itself; following entries need a separator
     truncated = False
@@ -247,7 +249,7 @@ def session_entry(state: ReadState, session_id: str) -> dict[str, Any]:
 def sessions(state: ReadState, limit: int, cursor: str | None) -> dict[str, Any]:
     after = None if cursor is None else cursors.decode(cursor, "sessions", "")
     session_ids, more = state.history.sessions_after(after, limit)
-    budget = Budget(len('{"sessions":[]}') + _CURSOR_RESERVE)
+    budget = Budget(len('{"sessions":[]}') + _CURSOR_RESERVE, state.budget)
     items: list[dict[str, Any]] = []
     last_key = ""
     for sid in session_ids:
