@@ -1,0 +1,381 @@
+"""Recovery on open: torn tails are truncated and reported, corruption stops the open untouched."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import zlib
+from pathlib import Path
+
+import pytest
+from storage_helpers import FaultFS, make_message
+
+from convmem_engine.domain import CorruptStoreError, Message
+from convmem_engine.storage import Store
+from convmem_engine.storage.record import (
+    DEL,
+    GENERATION,
+    HEADER_SIZE,
+    MAX_PAYLOAD,
+    PUT,
+    UPDATE,
+    encode_generation,
+    encode_message,
+    encode_record,
+)
+
+
+def raw_record(
+    rtype: int,
+    seq: int,
+    payload: bytes,
+    *,
+    version: int = 2,
+    flags: int = 0,
+    length: int | None = None,
+    pcrc: int | None = None,
+    magic: bytes = b"CMLR",
+) -> bytes:
+    n = len(payload) if length is None else length
+    crc = zlib.crc32(payload) if pcrc is None else pcrc
+    prefix = struct.pack("<4sBBHIQI", magic, version, rtype, flags, n, seq, crc)
+    return prefix + struct.pack("<I", zlib.crc32(prefix)) + payload
+
+
+def build(path: Path, n: int = 3, *, close: bool = True) -> tuple[list[Message], list[int]]:
+    """A store with n messages; returns them and the start offset of every record."""
+    store = Store.open(path)
+    msgs = [make_message(f"message number {i}") for i in range(n)]
+    offsets = []
+    for m in msgs:
+        offsets.append(store.stats().log_size)
+        store.put(m)
+    offsets.append(store.stats().log_size)  # end
+    if close:
+        store.close()
+    else:
+        crash(store)
+    return msgs, offsets
+
+
+def crash(store: Store) -> None:
+    """Drop a store like a killed process would: descriptors and the lock go, nothing else."""
+    store._abandon()
+
+
+def log_bytes(path: Path) -> bytes:
+    return (path / "active.log").read_bytes()
+
+
+def seq_after(path: Path) -> int:
+    with Store.open(path) as s:
+        return s.stats().last_sequence + 1
+
+
+def assert_corrupt(path: Path, *fragments: str) -> str:
+    before = {p.name: p.read_bytes() for p in path.iterdir() if p.name != "lock"}
+    with pytest.raises(CorruptStoreError) as ei:
+        Store.open(path)
+    after = {p.name: p.read_bytes() for p in path.iterdir() if p.name != "lock"}
+    assert after == before  # nothing touched on the corruption path
+    msg = str(ei.value)
+    assert "active.log" in msg
+    for f in fragments:
+        assert f in msg
+    # and the lock was released: another attempt fails the same way, not with BUSY
+    with pytest.raises(CorruptStoreError):
+        Store.open(path)
+    return msg
+
+
+@pytest.mark.parametrize("with_snapshot", [False, True])
+def test_truncating_inside_the_last_record_recovers_the_tail(
+    tmp_path: Path, with_snapshot: bool
+) -> None:
+    msgs, offsets = build(tmp_path, 3)
+    if with_snapshot:
+        # snapshot at close covers the first three; a fourth record follows it
+        s = Store.open(tmp_path)
+        extra = make_message("the last one, torn")
+        start = s.stats().log_size
+        s.put(extra)
+        crash(s)
+        assert (tmp_path / "snapshot.bin").exists()
+    else:
+        start = offsets[-2]
+        msgs = msgs[:-1]
+    full = log_bytes(tmp_path)
+    snapshot = (tmp_path / "snapshot.bin").read_bytes() if with_snapshot else None
+    for cut in range(start + 1, len(full)):
+        (tmp_path / "active.log").write_bytes(full[:cut])
+        if snapshot is not None:
+            (tmp_path / "snapshot.bin").write_bytes(snapshot)
+        else:
+            (tmp_path / "snapshot.bin").unlink(missing_ok=True)
+        with Store.open(tmp_path) as s:
+            st = s.stats()
+            assert st.recovered_tail is True, cut
+            assert st.snapshot_valid is True
+            assert list(s.messages.values()) == msgs
+            assert st.log_size == start
+            assert os.path.getsize(tmp_path / "active.log") == start
+            assert s.check() == []
+    # and the truncated store takes new writes after the recovered tail
+    with Store.open(tmp_path) as s:
+        assert s.stats().recovered_tail is False
+        s.put(make_message("after recovery"))
+        assert s.check() == []
+
+
+@pytest.mark.parametrize("with_snapshot", [False, True])
+def test_flipping_any_byte_of_an_earlier_record_is_corrupt_store(
+    tmp_path: Path, with_snapshot: bool
+) -> None:
+    build(tmp_path, 3)
+    full = log_bytes(tmp_path)
+    # record boundaries: GENERATION, then three PUTs
+    bounds = [0]
+    pos = 0
+    while pos < len(full):
+        (length,) = struct.unpack_from("<I", full, pos + 8)
+        pos += HEADER_SIZE + length
+        bounds.append(pos)
+    assert len(bounds) == 5
+    snapshot = (tmp_path / "snapshot.bin").read_bytes()
+    target_start, target_end = bounds[1], bounds[2]  # the first PUT (not the last record)
+    for i in range(target_start, target_end):
+        bad = bytearray(full)
+        bad[i] ^= 0x01 if i % 2 else 0x80
+        (tmp_path / "active.log").write_bytes(bytes(bad))
+        if with_snapshot:
+            (tmp_path / "snapshot.bin").write_bytes(snapshot)
+        else:
+            (tmp_path / "snapshot.bin").unlink(missing_ok=True)
+        assert_corrupt(tmp_path, f"offset {target_start}")
+    # the GENERATION record too
+    for i in range(0, bounds[1]):
+        bad = bytearray(full)
+        bad[i] ^= 0x10
+        (tmp_path / "active.log").write_bytes(bytes(bad))
+        assert_corrupt(tmp_path)
+
+
+def _append(path: Path, data: bytes) -> None:
+    with open(path / "active.log", "ab") as f:
+        f.write(data)
+
+
+@pytest.mark.parametrize("last", [True, False], ids=["last-record", "middle-record"])
+@pytest.mark.parametrize(
+    ("case", "why"),
+    [
+        ("bad-crc", "payload CRC mismatch"),
+        ("version-1", "unknown format version 1"),
+        ("version-3", "unknown format version 3"),
+        ("type", "unknown record type"),
+        ("flags", "reserved flags"),
+        ("length", "impossible payload length"),
+        ("seq-repeat", "non-monotonic sequence"),
+        ("seq-skip", "non-monotonic sequence"),
+        ("seq-back", "non-monotonic sequence"),
+        ("magic", "bad magic"),
+        ("header-crc", "header CRC mismatch"),
+        ("json", "payload is not a message"),
+        ("update-unknown", "UPDATE of a message that is not live"),
+        ("del-unknown", "DEL of a message that is not live"),
+        ("put-live", "PUT of a message id that is already live"),
+        ("generation", "GENERATION record after the start"),
+    ],
+)
+def test_corruption_classes(tmp_path: Path, case: str, why: str, last: bool) -> None:
+    msgs, _offsets = build(tmp_path, 2)
+    (tmp_path / "snapshot.bin").unlink()
+    seq = seq_after(tmp_path)
+    end = os.path.getsize(tmp_path / "active.log")
+    new = make_message("new one")
+    payload = encode_message(new)
+    rec = {
+        "bad-crc": raw_record(PUT, seq, payload, pcrc=zlib.crc32(payload) ^ 1),
+        "version-1": raw_record(PUT, seq, payload, version=1),
+        "version-3": raw_record(PUT, seq, payload, version=3),
+        "type": raw_record(77, seq, payload),
+        "flags": raw_record(PUT, seq, payload, flags=4),
+        "length": raw_record(PUT, seq, payload, length=MAX_PAYLOAD + 1),
+        "seq-repeat": raw_record(PUT, seq - 1, payload),
+        "seq-skip": raw_record(PUT, seq + 1, payload),
+        "seq-back": raw_record(PUT, 0, payload),
+        "magic": raw_record(PUT, seq, payload, magic=b"XMLR"),
+        "header-crc": encode_record(PUT, seq, payload)[:24] + b"\0\0\0\0" + payload,
+        "json": raw_record(PUT, seq, b'{"not": "a message"}'),
+        "update-unknown": raw_record(UPDATE, seq, payload),
+        "del-unknown": raw_record(DEL, seq, new.message_id.encode()),
+        "put-live": raw_record(PUT, seq, encode_message(msgs[0])),
+        "generation": raw_record(GENERATION, seq, encode_generation(5)),
+    }[case]
+    _append(tmp_path, rec)
+    if not last:
+        _append(tmp_path, encode_record(PUT, seq + 1, encode_message(make_message("after"))))
+    assert_corrupt(tmp_path, why, f"offset {end}")
+
+
+def test_header_only_at_end_is_a_torn_tail(tmp_path: Path) -> None:
+    msgs, _ = build(tmp_path, 2)
+    seq = seq_after(tmp_path)
+    rec = encode_record(PUT, seq, encode_message(make_message("torn")))
+    for cut in (1, 5, HEADER_SIZE - 1, HEADER_SIZE, HEADER_SIZE + 3):
+        size = os.path.getsize(tmp_path / "active.log")
+        _append(tmp_path, rec[:cut])
+        with Store.open(tmp_path) as s:
+            assert s.stats().recovered_tail
+            assert list(s.messages.values()) == msgs
+            assert s.stats().log_size == size
+
+
+def test_zero_filled_tail_is_a_torn_tail(tmp_path: Path) -> None:
+    msgs, _ = build(tmp_path, 2)
+    size = os.path.getsize(tmp_path / "active.log")
+    _append(tmp_path, b"\0" * 5000)
+    with Store.open(tmp_path) as s:
+        assert s.stats().recovered_tail
+        assert list(s.messages.values()) == msgs
+    assert os.path.getsize(tmp_path / "active.log") == size
+
+
+def test_zeros_followed_by_data_are_corrupt(tmp_path: Path) -> None:
+    build(tmp_path, 2)
+    size = os.path.getsize(tmp_path / "active.log")
+    _append(tmp_path, b"\0" * 100 + b"x")
+    assert_corrupt(tmp_path, f"offset {size}")
+
+
+def test_garbage_snapshot_is_ignored_for_a_full_replay(tmp_path: Path) -> None:
+    msgs, _ = build(tmp_path, 4)
+    for garbage in (b"", b"junk", b"CMSNAP2\n" + os.urandom(300)):
+        (tmp_path / "snapshot.bin").write_bytes(garbage)
+        s = Store.open(tmp_path)
+        assert s.stats().snapshot_valid is False
+        assert list(s.messages.values()) == msgs
+        s.close()  # writes a good snapshot
+        with Store.open(tmp_path) as s:
+            assert s.stats().snapshot_valid is True
+            assert list(s.messages.values()) == msgs
+            assert s.check() == []
+
+
+def test_flipped_snapshot_byte_is_ignored(tmp_path: Path) -> None:
+    msgs, _ = build(tmp_path, 5)
+    good = (tmp_path / "snapshot.bin").read_bytes()
+    for i in range(0, len(good), 7):
+        bad = bytearray(good)
+        bad[i] ^= 0x20
+        (tmp_path / "snapshot.bin").write_bytes(bytes(bad))
+        s = Store.open(tmp_path)
+        assert s.stats().snapshot_valid is False, i
+        assert list(s.messages.values()) == msgs
+        s._abandon()
+
+
+def test_snapshot_of_another_generation_is_ignored_and_removed(tmp_path: Path) -> None:
+    msgs, _ = build(tmp_path, 3)
+    old_snapshot = (tmp_path / "snapshot.bin").read_bytes()
+    with Store.open(tmp_path) as s:
+        s.delete(msgs[0].message_id)
+        s.compact()
+    (tmp_path / "snapshot.bin").write_bytes(old_snapshot)  # as a crash mid-compaction leaves it
+    s = Store.open(tmp_path)
+    assert s.stats().snapshot_valid is False
+    assert list(s.messages.values()) == msgs[1:]
+    assert not (tmp_path / "snapshot.bin").exists()
+    assert s.check() == []
+    s.close()
+
+
+def test_snapshot_offset_beyond_the_log_is_ignored(tmp_path: Path) -> None:
+    msgs, offsets = build(tmp_path, 3)
+    full = log_bytes(tmp_path)
+    (tmp_path / "active.log").write_bytes(full[: offsets[-2]])  # drop the last record
+    s = Store.open(tmp_path)
+    assert s.stats().snapshot_valid is False
+    assert list(s.messages.values()) == msgs[:-1]
+    s.close()
+
+
+def test_missing_log_with_a_snapshot_is_corrupt(tmp_path: Path) -> None:
+    build(tmp_path, 2)
+    (tmp_path / "active.log").unlink()
+    with pytest.raises(CorruptStoreError, match=r"active\.log"):
+        Store.open(tmp_path)
+    assert (tmp_path / "snapshot.bin").exists()
+    assert not (tmp_path / "active.log").exists()
+
+
+def test_empty_log_file_is_corrupt(tmp_path: Path) -> None:
+    (tmp_path / "active.log").write_bytes(b"")
+    with pytest.raises(CorruptStoreError, match="GENERATION"):
+        Store.open(tmp_path)
+
+
+def test_log_must_start_with_generation(tmp_path: Path) -> None:
+    (tmp_path / "active.log").write_bytes(
+        encode_record(PUT, 1, encode_message(make_message("no marker")))
+    )
+    with pytest.raises(CorruptStoreError, match="offset 0"):
+        Store.open(tmp_path)
+
+
+def test_temporary_leftovers_are_removed_on_open(tmp_path: Path) -> None:
+    msgs, _ = build(tmp_path, 2)
+    (tmp_path / "active.log.tmp").write_bytes(b"half a compaction")
+    (tmp_path / "snapshot.bin.tmp").write_bytes(b"half a snapshot")
+    with Store.open(tmp_path) as s:
+        assert list(s.messages.values()) == msgs
+        assert sorted(os.listdir(tmp_path)) == ["active.log", "lock", "lock.pid", "snapshot.bin"]
+
+
+def test_open_creates_missing_directories(tmp_path: Path) -> None:
+    d = tmp_path / "a" / "b"
+    with Store.open(d) as s:
+        assert s.messages == {}
+        st = s.stats()
+        assert st.format_version == 2 and st.last_sequence == 1 and st.dead_bytes == 0
+    assert (d / "active.log").exists()
+
+
+def test_tail_replay_after_snapshot(tmp_path: Path) -> None:
+    msgs, _ = build(tmp_path, 3)
+    s = Store.open(tmp_path, fs=FaultFS())
+    more = [make_message(f"tail {i}") for i in range(3)]
+    for m in more:
+        s.put(m)
+    s.update(_edited(more[0]))
+    s.delete(msgs[1].message_id)
+    expect = list(s.messages.values())
+    crash(s)
+    with Store.open(tmp_path) as s2:
+        assert s2.stats().snapshot_valid is True
+        assert list(s2.messages.values()) == expect
+        assert s2.check() == []
+
+
+def _edited(m: Message) -> Message:
+    return Message(
+        m.message_id,
+        m.session_id,
+        m.timestamp,
+        m.role,
+        m.content + " edited",
+        m.revision + 1,
+        m.updated_at + 1,
+        m.metadata,
+    )
+
+
+def test_message_payload_fields_survive(tmp_path: Path) -> None:
+    build(tmp_path, 1)
+    log = log_bytes(tmp_path)
+    # the payload of the PUT is the compact JSON of to_json()
+    (length,) = struct.unpack_from("<I", log, 8)
+    put = log[HEADER_SIZE + length :]
+    (plen,) = struct.unpack_from("<I", put, 8)
+    assert json.loads(put[HEADER_SIZE : HEADER_SIZE + plen])["content"] == "message number 0"
