@@ -21,6 +21,7 @@ import concurrent.futures
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -265,7 +266,7 @@ class ConvMemApp(QObject):
         bridge.hostsChanged.connect(self._on_hosts)
         bridge.raiseRequested.connect(self.show_window)
         bridge.quitRequested.connect(self.quit)
-        bridge.set_status_provider(lambda: {"state": self.state, "data_dir": str(self.data_dir)})
+        bridge.set_status_provider(self._control_status)
         self._unsubscribe = service.subscribe(lambda _event: self._storeChanged.emit())
         if self.error_window is not None:
             self.error_window.hide()
@@ -277,6 +278,10 @@ class ConvMemApp(QObject):
         self._health_timer.start()
         if not self.has_tray or not self.minimized:
             self.show_window()
+
+    def _control_status(self) -> dict[str, object]:
+        visible = self.window is not None and self.window.isVisible()
+        return {"state": self.state, "pid": os.getpid(), "window_visible": visible}
 
     def _on_open_failed(self, exc: BaseException) -> None:
         if self._quitting:
