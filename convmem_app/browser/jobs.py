@@ -93,7 +93,10 @@ class JobRunner(QObject):
         self._jobs: set[Job] = set()
 
     def start(self, job: Job) -> Job:
+        """Run `job` on the pool. The job becomes a child of the runner: if the window goes away
+        first, Qt drops the job's pending deliveries instead of calling into deleted views."""
         was_idle = not self._jobs
+        job.setParent(self)
         self._jobs.add(job)
         job.finished.connect(lambda j=job: self._forget(j))
         self._pool.start(_Runnable(job))
@@ -116,6 +119,7 @@ class JobRunner(QObject):
 
     def _forget(self, job: Job) -> None:
         self._jobs.discard(job)
+        job.setParent(None)  # back to Python ownership: freed once the worker drops it too
         if not self._jobs:
             self.busyChanged.emit(False)
 
