@@ -407,27 +407,26 @@ class Store:
         try:
             n = self._fs.write(self._fd, rec)
         except OSError as e:
-            self._undo_append(st.end)
-            raise self._io_error(f"{LOG_NAME}: write failed at offset {st.end}", e) from e
+            why = f"{LOG_NAME}: write failed at offset {st.end}: {e.strerror or e}"
+            raise self._undo_append(st.end, why) from e
         if n != len(rec):
-            self._undo_append(st.end)
-            msg = f"{LOG_NAME}: short write at offset {st.end} ({n} of {len(rec)} bytes)"
-            self._last_error = msg
-            raise StoreIOError(msg)
+            why = f"{LOG_NAME}: short write at offset {st.end} ({n} of {len(rec)} bytes)"
+            raise self._undo_append(st.end, why)
         st.crc = zlib.crc32(rec, st.crc)
         st.end += len(rec)
         st.last_seq = seq
         st.records += 1
         return seq
 
-    def _undo_append(self, end: int) -> None:
+    def _undo_append(self, end: int, why: str) -> StoreIOError:
+        """Cut a failed append off the log; the error to raise (the store fails if we can't)."""
         try:
             self._fs.truncate(self._fd, end)
         except OSError as e:
-            self._fail(
-                f"{LOG_NAME}: cannot truncate a failed write back to offset {end}: "
-                f"{e.strerror or e}"
-            )
+            why += f"; cannot truncate the failed write back to offset {end}: {e.strerror or e}"
+            self._fail(why)
+        self._last_error = why
+        return StoreIOError(why)
 
     def write_put(self, msg: Message) -> int:
         msg = _canonical(msg)
@@ -614,14 +613,19 @@ class Store:
             self._snapshot_valid = False
             self._snapshot_at = None
             self._reopen_log()
-            try:
-                fs.fsync_dir(self._dir)
-            except OSError as e:
-                self._discard(snap_tmp)
-                # Without a durable rename, later appends could land in a log that a power
-                # loss rolls back: refuse further writes until reopen.
-                self._fail(f"compaction: cannot fsync the data dir: {e.strerror or e}")
-                raise StoreIOError(self._last_error) from e
+            if self._fd >= 0:
+                try:
+                    fs.fsync_dir(self._dir)
+                except OSError as e:
+                    # Without a durable rename, later appends could land in a log that a power
+                    # loss rolls back: refuse further writes until reopen.
+                    self._fail(f"compaction: cannot fsync the data dir: {e.strerror or e}")
+            if self._failed:
+                # The old snapshot names the old generation: useless, and it may hold content
+                # that was just compacted away.
+                self._discard(snap_tmp, self._snap_path)
+                self._snapshot_size = 0
+                raise StoreIOError(self._last_error)
             # 3. the matching snapshot (an old-generation snapshot left by a crash here is
             #    ignored and removed by the next open)
             try:
@@ -629,6 +633,7 @@ class Store:
                 fs.fsync_dir(self._dir)
             except OSError as e:
                 self._discard(snap_tmp, self._snap_path)
+                self._snapshot_size = 0
                 raise self._io_error("compaction: cannot replace the snapshot", e) from e
             self._snapshot_size = snap_size
             self._snapshot_at = (new.generation, new.end)
