@@ -27,12 +27,12 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QEvent, QObject, QSettings, QSocketNotifier, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtNetwork import QLocalSocket
-from PySide6.QtWidgets import QApplication, QLabel, QMainWindow
+from PySide6.QtWidgets import QApplication
 
 from convmem_app import autostart
 from convmem_app.engine_thread import EngineThread
@@ -40,6 +40,9 @@ from convmem_app.paths import endpoint, resolve_data_dir
 from convmem_app.pipe_bridge import ListenError, PipeBridge, control_line
 from convmem_app.startup_error import StartupErrorWindow, describe
 from convmem_app.tray import Tray, app_icon
+
+if TYPE_CHECKING:
+    from convmem_app.browser import MemoryBrowser
 from convmem_engine.domain.errors import BusyError
 
 log = logging.getLogger(__name__)
@@ -107,22 +110,6 @@ def host_configuration(data_dir: Path) -> str:
 # ---- windows --------------------------------------------------------------------------------
 
 
-def _browser_factory() -> Callable[[Any], QMainWindow]:
-    try:
-        from convmem_app.browser import MemoryBrowser  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:  # the memory browser has not landed yet: a plain window meanwhile
-        return _PlaceholderWindow
-    return MemoryBrowser  # type: ignore[no-any-return]
-
-
-class _PlaceholderWindow(QMainWindow):
-    def __init__(self, service: Any) -> None:
-        super().__init__()
-        self.setWindowTitle("ConvMem")
-        self.setCentralWidget(QLabel("ConvMem is running. The memory browser is not available."))
-        self.resize(480, 160)
-
-
 class _CloseWatcher(QObject):
     """Without a tray, closing the main window is the way to quit."""
 
@@ -179,7 +166,7 @@ class ConvMemApp(QObject):
         self.service: Any = None
         self.bridge: PipeBridge | None = None
         self.engine: EngineThread | None = None
-        self.window: QMainWindow | None = None
+        self.window: MemoryBrowser | None = None
         self.error_window: StartupErrorWindow | None = None
         self.last_problem_code = ""
         self._unsubscribe: Callable[[], None] | None = None
@@ -351,7 +338,9 @@ class ConvMemApp(QObject):
         if self.service is None or self._quitting:
             return
         if self.window is None:
-            self.window = _browser_factory()(self.service)
+            from convmem_app.browser import MemoryBrowser  # Qt models and views: load on demand
+
+            self.window = MemoryBrowser(self.service, settings=self.settings)
             self.window.setWindowIcon(app_icon())
             if not self.has_tray:
                 self.window.menuBar().addMenu(self.tray.menu)
@@ -478,6 +467,7 @@ class ConvMemApp(QObject):
             self._unsubscribe()
             self._unsubscribe = None
         if self.window is not None:
+            self.window.shutdown()  # background reads end before the service closes
             self.window.close()
             self.window.deleteLater()
             self.window = None

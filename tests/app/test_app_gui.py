@@ -1,0 +1,260 @@
+"""The tray app in-process with pytest-qt (offscreen): tray menu actions, the status line as real
+shims connect and disconnect, the startup error paths, no-tray mode, handing over to a second
+instance."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from app_helpers import ROOT, child_env, shim_args
+from PySide6.QtCore import QSettings
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QSystemTrayIcon
+from pytestqt.qtbot import QtBot
+
+from convmem_app import autostart
+from convmem_app.app import EXIT_STARTUP_FAILED, ConvMemApp
+from convmem_engine.service import MemoryService
+
+pytestmark = [
+    pytest.mark.gui,
+    pytest.mark.qt_log_ignore("This plugin does not support"),
+    pytest.mark.filterwarnings("ignore::ResourceWarning"),
+]
+
+INITIALIZE = (
+    json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "gui-test", "version": "0"},
+            },
+        }
+    ).encode()
+    + b"\n"
+)
+
+MakeApp = Callable[..., ConvMemApp]
+
+
+@pytest.fixture
+def make_app(qtbot: QtBot, tmp_path: Path) -> Iterator[MakeApp]:
+    apps: list[ConvMemApp] = []
+
+    def make(data_dir: Path | None = None, **options: Any) -> ConvMemApp:
+        settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+        options.setdefault("busy_wait", 0.3)
+        app = ConvMemApp(data_dir or tmp_path / "data", settings=settings, **options)
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:
+        if app.state != "stopped":
+            with qtbot.waitSignal(app.finished, timeout=30_000):
+                app.quit()
+
+
+def started(qtbot: QtBot, app: ConvMemApp, state: str = "running") -> ConvMemApp:
+    app.start()
+    qtbot.waitUntil(lambda: app.state == state, timeout=30_000)
+    return app
+
+
+@pytest.fixture
+def with_tray(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pretend the desktop has a system tray (offscreen has none)."""
+    monkeypatch.setattr(QSystemTrayIcon, "isSystemTrayAvailable", staticmethod(lambda: True))
+
+
+def raw_shim(data_dir: Path) -> subprocess.Popen[bytes]:
+    shim = subprocess.Popen(
+        [sys.executable, *shim_args(data_dir, "--start-timeout", "0")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=child_env(),
+        cwd=ROOT,
+    )
+    assert shim.stdin is not None
+    shim.stdin.write(INITIALIZE)
+    shim.stdin.flush()
+    return shim
+
+
+def test_tray_menu_actions(
+    qtbot: QtBot, make_app: MakeApp, tmp_path: Path, with_tray: None
+) -> None:
+    app = started(qtbot, make_app(minimized=True))
+    assert app.has_tray and app.tray.icon.isVisible()
+    texts = [a.text() for a in app.tray.menu.actions() if not a.isSeparator()]
+    assert texts == [
+        "Open memory browser",
+        "OK · 0 hosts connected",
+        "Copy host configuration",
+        "Rebuild index",
+        "Start at login",
+        "Quit ConvMem",
+    ]
+    assert app.window is None  # --minimized with a tray: no window until asked
+
+    app.tray.open_action.trigger()
+    assert app.window is not None and app.window.isVisible()
+
+    app.tray.copy_action.trigger()
+    config = json.loads(QGuiApplication.clipboard().text())
+    server = config["mcpServers"]["convmem"]
+    assert Path(server["command"]).is_absolute()
+    assert server["args"][-2:] == ["--data-dir", str(app.data_dir)]
+    assert "shim" in " ".join([server["command"], *server["args"]])
+
+    with qtbot.waitSignal(app.rebuildFinished, timeout=30_000) as rebuilt:
+        app.tray.rebuild_action.trigger()
+    assert isinstance(rebuilt.args[0], dict) and rebuilt.args[0]["status"] == "OK"
+    assert app.tray.rebuild_action.isEnabled()
+
+    entry = autostart.desktop_file()
+    assert not app.start_at_login and not entry.exists()
+    app.tray.login_action.trigger()
+    assert app.start_at_login
+    text = entry.read_text()
+    assert "--minimized" in text and str(app.data_dir) in text
+    app.tray.login_action.trigger()
+    assert not app.start_at_login and not entry.exists()
+
+    with qtbot.waitSignal(app.finished, timeout=30_000) as finished:
+        app.tray.quit_action.trigger()
+    assert finished.args == [0]
+    assert not app.tray.icon.isVisible()
+    MemoryService.open(app.data_dir).close()  # the lock was released
+
+
+def test_status_line_follows_hosts(qtbot: QtBot, make_app: MakeApp) -> None:
+    app = started(qtbot, make_app())
+    status = app.tray.status_action
+    first = raw_shim(app.data_dir)
+    qtbot.waitUntil(lambda: status.text() == "OK · 1 host connected", timeout=30_000)
+    second = raw_shim(app.data_dir)
+    qtbot.waitUntil(lambda: status.text() == "OK · 2 hosts connected", timeout=30_000)
+    assert app.host_count == 2
+    assert first.stdin is not None
+    first.stdin.close()  # a host that ends its session
+    qtbot.waitUntil(lambda: status.text() == "OK · 1 host connected", timeout=30_000)
+    second.kill()  # a host that dies
+    qtbot.waitUntil(lambda: status.text() == "OK · 0 hosts connected", timeout=30_000)
+    assert first.wait(30) == 0
+    second.wait(30)
+    for shim in (first, second):
+        for stream in (shim.stdin, shim.stdout, shim.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def test_busy_lock_shows_the_error_then_retry_works(qtbot: QtBot, make_app: MakeApp) -> None:
+    app = make_app()
+    holder = MemoryService.open(app.data_dir)
+    try:
+        with qtbot.waitSignal(app.messageShown, timeout=30_000) as shown:
+            started(qtbot, app, "error")
+    finally:
+        holder.close()
+    assert app.last_problem_code == "BUSY"
+    window = app.error_window
+    assert window is not None and window.isVisible()
+    assert window.problem is not None and window.problem.code == "BUSY"
+    assert "Retry" in window.next_label.text()
+    assert app.tray.status_text == "Cannot start: BUSY"
+    assert not app.tray.copy_action.isEnabled()
+    assert shown.args[0] == "The data folder is in use"
+
+    window.retry_button.click()  # the other process is gone now
+    qtbot.waitUntil(lambda: app.state == "running", timeout=30_000)
+    assert not window.isVisible()
+    assert app.tray.status_text.startswith("OK")
+
+
+def test_corrupt_store_shows_what_to_do(qtbot: QtBot, make_app: MakeApp, tmp_path: Path) -> None:
+    data_dir = tmp_path / "damaged"
+    service = MemoryService.open(data_dir)
+    for n in range(3):
+        service.write_message(session_id="s", role="user", content=f"message number {n}")
+    service.close()
+    for name in ("snapshot.bin",):
+        (data_dir / name).unlink(missing_ok=True)
+    log_file = data_dir / "active.log"
+    raw = bytearray(log_file.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF  # a complete record with a bad checksum
+    log_file.write_bytes(bytes(raw))
+
+    app = started(qtbot, make_app(data_dir), "error")
+    assert app.last_problem_code == "CORRUPT_STORE"
+    window = app.error_window
+    assert window is not None and window.isVisible()
+    assert "Nothing was changed" in window.detail_label.text()
+    assert "somewhere safe" in window.next_label.text()
+    with qtbot.waitSignal(app.finished, timeout=30_000) as finished:
+        window.quit_button.click()
+    assert finished.args == [EXIT_STARTUP_FAILED]
+    assert log_file.read_bytes() == bytes(raw)  # untouched
+
+
+def test_unwritable_data_dir_is_an_io_error(
+    qtbot: QtBot, make_app: MakeApp, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    app = started(qtbot, make_app(blocker / "data"), "error")
+    assert app.last_problem_code == "IO_ERROR"
+    assert app.error_window is not None
+    assert "disk space" in app.error_window.next_label.text()
+
+
+def test_without_tray_the_window_carries_the_menu_and_closing_quits(
+    qtbot: QtBot, make_app: MakeApp
+) -> None:
+    app = started(qtbot, make_app(minimized=True))
+    assert not app.has_tray
+    window = app.window
+    assert window is not None and window.isVisible()  # --minimized needs a tray to hide in
+    assert app.tray.menu.menuAction() in window.menuBar().actions()
+    with qtbot.waitSignal(app.finished, timeout=30_000) as finished:
+        window.close()
+    assert finished.args == [0]
+
+
+def test_second_instance_raises_the_window(
+    qtbot: QtBot, make_app: MakeApp, with_tray: None
+) -> None:
+    app = started(qtbot, make_app(minimized=True))
+    assert app.window is None
+    second = subprocess.Popen(
+        [sys.executable, "-m", "convmem_app", "app", "--data-dir", str(app.data_dir)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=child_env(),
+        cwd=ROOT,
+    )
+    qtbot.waitUntil(lambda: second.poll() is not None, timeout=60_000)
+    assert second.returncode == 0
+    assert second.stderr is not None and b"already running" in second.stderr.read()
+    second.stderr.close()
+    assert app.window is not None and app.window.isVisible()
+
+
+def test_quit_while_opening_still_finishes(qtbot: QtBot, make_app: MakeApp) -> None:
+    app = make_app()
+    with qtbot.waitSignal(app.finished, timeout=30_000):
+        app.start()
+        app.quit()
+    assert app.state == "stopped"
+    MemoryService.open(app.data_dir).close()
