@@ -190,27 +190,33 @@ class PagedTableModel(QAbstractTableModel):
         job = Job(work)
         self._job = job
 
-        def finished() -> None:
-            if self._job is job:
-                self._job = None
-                self.loadingChanged.emit(False)
-                if self._refresh_pending:
-                    self._refresh_pending = False
-                    self.refresh()
+        def settle() -> bool:
+            """Mark the job over (before handling its result, so handlers see `loading` off)."""
+            if self._job is not job:
+                return False
+            self._job = None
+            self.loadingChanged.emit(False)
+            return True
 
         def succeeded(result: Any) -> None:
-            if self._job is job:
+            if settle():
                 on_success(result)
+                self._after_job()
 
         def failed(exc: BaseException) -> None:
-            if self._job is job:
+            if settle():
                 self.loadFailed.emit(str(exc))
+                self._after_job()
 
         job.succeeded.connect(succeeded)
         job.failed.connect(failed)
-        job.finished.connect(finished)
         self.loadingChanged.emit(True)
         self._runner.start(job)
+
+    def _after_job(self) -> None:
+        if self._refresh_pending and self._job is None:
+            self._refresh_pending = False
+            self.refresh()
 
     def _load_page(self) -> None:
         cursor = self._cursor
