@@ -329,3 +329,25 @@ def test_shim_reports_an_app_that_cannot_start(tmp_path: Path) -> None:
         if pid.isdigit() and _is_app_for(int(pid), data_dir):
             os.kill(int(pid), signal.SIGTERM)
             wait_gone(int(pid))
+
+
+def test_a_crash_never_blocks_the_next_start(running_app: RunningApp, tmp_path: Path) -> None:
+    data_dir = running_app.data_dir
+    running_app.process.kill()  # no chance to clean up: the socket file stays behind
+    running_app.process.wait(30)
+    assert Path(endpoint(data_dir)).exists()
+    errlog = (tmp_path / "after-crash.log").open("w")
+
+    async def scenario() -> None:
+        async with shim_client(data_dir, errlog) as client:  # starts a fresh app
+            result = await call(client, "write_message", session_id="s", role="user", content="x")
+            assert result["status"] == "OK"
+
+    try:
+        anyio.run(scenario)
+        status = wait_listening(data_dir)
+    finally:
+        errlog.close()
+        answer = control(data_dir, "quit")
+    assert answer is not None
+    wait_gone(int(status["pid"]))
