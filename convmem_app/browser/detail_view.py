@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QScrollArea,
+    QSplitter,
     QVBoxLayout,
     QWidget,
 )
@@ -91,11 +92,20 @@ class MessageDetail(QWidget):
         meta_scroll.setWidgetResizable(True)
         meta_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
         meta_scroll.setWidget(meta_box)
-        meta_scroll.setMinimumHeight(80)
-        layout.addWidget(meta_scroll, 1)
-        layout.addWidget(self.progress_widget)
-        layout.addWidget(QLabel("Content:"))
-        layout.addWidget(self.content, 2)
+        meta_scroll.setMinimumHeight(60)
+        content_box = QWidget()
+        content_layout = QVBoxLayout(content_box)
+        content_layout.setContentsMargins(0, 0, 0, 0)
+        content_layout.addWidget(self.progress_widget)
+        content_layout.addWidget(QLabel("Content:"))
+        content_layout.addWidget(self.content, 1)
+        self.split = QSplitter(Qt.Orientation.Vertical)
+        self.split.setObjectName("detailSplit")
+        self.split.addWidget(meta_scroll)
+        self.split.addWidget(content_box)
+        self.split.setChildrenCollapsible(False)
+        self.split.setSizes([230, 300])
+        layout.addWidget(self.split, 1)
         self.clear()
 
     @property

@@ -66,6 +66,7 @@ class MetadataEditor(QWidget):
         self.relations = QTableWidget(0, 2)
         self.relations.setHorizontalHeaderLabels(["Type", "Target message id"])
         self.relations.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+        self.relations.setColumnWidth(0, 150)
         self.relations.verticalHeader().hide()
         self.relations.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.relations.setFixedHeight(110)
@@ -86,7 +87,11 @@ class MetadataEditor(QWidget):
         form = QFormLayout()
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
 
-        def row(label: str, key: str, widget: QWidget | QHBoxLayout | QVBoxLayout) -> None:
+        def row(
+            label: str, key: str, widget: QWidget | QHBoxLayout | QVBoxLayout, buddy: QWidget
+        ) -> None:
+            caption = QLabel(label)
+            caption.setBuddy(buddy)  # Alt+letter moves the focus to the field
             error = QLabel()
             error.setObjectName(f"error_{key}")
             error.hide()
@@ -98,21 +103,21 @@ class MetadataEditor(QWidget):
             else:
                 box.addLayout(widget)
             box.addWidget(error)
-            form.addRow(label, box)
+            form.addRow(caption, box)
 
-        row("&Tags:", "tags", self.tags)
-        row("T&ier:", "memory_tier", self.tier)
-        row("&Kind:", "memory_kind", self.kind)
-        row("I&mportance:", "importance", self.importance)
+        row("&Tags:", "tags", self.tags, self.tags)
+        row("T&ier:", "memory_tier", self.tier, self.tier)
+        row("&Kind:", "memory_kind", self.kind, self.kind)
+        row("I&mportance:", "importance", self.importance, self.importance)
         summary_box = QVBoxLayout()
         summary_box.addWidget(self.summary)
         summary_box.addWidget(self.summary_count)
-        row("S&ummary:", "summary", summary_box)
+        row("S&ummary:", "summary", summary_box, self.summary)
         rel_box = QVBoxLayout()
         rel_box.addWidget(self.relations)
         rel_box.addLayout(rel_buttons)
-        row("&Relations:", "relations", rel_box)
-        row("S&ources:", "source_message_ids", self.sources)
+        row("&Relations:", "relations", rel_box, self.relations)
+        row("S&ources:", "source_message_ids", self.sources, self.sources)
 
         self.save_button = QPushButton("&Save")
         self.save_button.setToolTip("Save metadata (Ctrl+S)")

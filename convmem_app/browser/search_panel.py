@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 
 AnyIndex = QModelIndex | QPersistentModelIndex
 HTML_ROLE = Qt.ItemDataRole.UserRole + 20
+HTML_SELECTED_ROLE = Qt.ItemDataRole.UserRole + 21  # the same without a background colour
 SNIPPET_CHARS = 180
 
 
@@ -74,9 +75,10 @@ def highlight(text: str, terms: list[str], background: str) -> str:
     pattern = re.compile("|".join(re.escape(t) for t in terms), re.IGNORECASE)
     out: list[str] = []
     pos = 0
+    style = f"background:{background}" if background else "text-decoration:underline"
     for m in pattern.finditer(text):
         out.append(html.escape(text[pos : m.start()]))
-        out.append(f'<span style="background:{background}"><b>{html.escape(m.group())}</b></span>')
+        out.append(f'<span style="{style}"><b>{html.escape(m.group())}</b></span>')
         pos = m.end()
     out.append(html.escape(text[pos:]))
     return "".join(out)
@@ -155,6 +157,8 @@ class SearchResultsModel(QAbstractTableModel):
             )[col]
         if role == HTML_ROLE and col == self.COL_MATCH:
             return highlight(self._match_text(r), self.terms, self.background)
+        if role == HTML_SELECTED_ROLE and col == self.COL_MATCH:
+            return highlight(self._match_text(r), self.terms, "")
         if role == Qt.ItemDataRole.ToolTipRole and col == 0:
             breakdown = r.get("score_breakdown", {})
             return "\n".join(f"{k}: {v:.3f}" for k, v in breakdown.items())
@@ -165,12 +169,13 @@ class HighlightDelegate(QStyledItemDelegate):
     """Paints HTML_ROLE rich text (the highlighted match) inside a normal item cell."""
 
     def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: AnyIndex) -> None:
-        rich = index.data(HTML_ROLE)
+        opt = QStyleOptionViewItem(option)
+        self.initStyleOption(opt, index)
+        selected = bool(opt.state & QStyle.StateFlag.State_Selected)
+        rich = index.data(HTML_SELECTED_ROLE if selected else HTML_ROLE)
         if not rich:
             super().paint(painter, option, index)
             return
-        opt = QStyleOptionViewItem(option)
-        self.initStyleOption(opt, index)
         opt.text = ""
         style = opt.widget.style() if opt.widget is not None else None
         if style is not None:
@@ -180,7 +185,6 @@ class HighlightDelegate(QStyledItemDelegate):
         doc.setDocumentMargin(2)
         doc.setHtml(rich)
         ctx = QAbstractTextDocumentLayout.PaintContext()
-        selected = bool(opt.state & QStyle.StateFlag.State_Selected)
         role = QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.Text
         ctx.palette.setColor(QPalette.ColorRole.Text, opt.palette.color(role))
         painter.save()

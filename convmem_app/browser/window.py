@@ -198,6 +198,7 @@ class MemoryBrowser(QMainWindow):
         self.main_split.addWidget(self.right_split)
         self.main_split.setStretchFactor(0, 2)
         self.main_split.setStretchFactor(1, 3)
+        self.main_split.setSizes([560, 840])  # until a saved state says otherwise
         self.browse_page = self.main_split
 
     @staticmethod
@@ -352,7 +353,11 @@ class MemoryBrowser(QMainWindow):
         state = s.value("browser/windowState")
         if isinstance(state, QByteArray):
             self.restoreState(state)
-        for key, splitter in (("mainSplit", self.main_split), ("rightSplit", self.right_split)):
+        for key, splitter in (
+            ("mainSplit", self.main_split),
+            ("rightSplit", self.right_split),
+            ("detailSplit", self.detail.split),
+        ):
             value = s.value(f"browser/{key}")
             if isinstance(value, QByteArray):
                 splitter.restoreState(value)
@@ -372,6 +377,7 @@ class MemoryBrowser(QMainWindow):
         s.setValue("browser/windowState", self.saveState())
         s.setValue("browser/mainSplit", self.main_split.saveState())
         s.setValue("browser/rightSplit", self.right_split.saveState())
+        s.setValue("browser/detailSplit", self.detail.split.saveState())
         s.setValue("browser/sessionsHeader", self.sessions_view.horizontalHeader().saveState())
         s.setValue("browser/historyHeader", self.history_view.horizontalHeader().saveState())
         s.setValue("browser/tab", self.tabs.currentIndex())
