@@ -238,6 +238,12 @@ def launch_lock(name: str, deadline: float) -> Iterator[None]:
                 time.sleep(0.02)
         yield
     finally:
+        if IS_WINDOWS:  # Windows wants byte-range locks released before the handle closes
+            import msvcrt
+
+            with suppress(OSError):
+                os.lseek(fd, 0, os.SEEK_SET)
+                msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)  # type: ignore[attr-defined,unused-ignore]
         os.close(fd)  # closing the descriptor releases the lock
 
 
