@@ -22,7 +22,7 @@ import unicodedata
 from array import array
 from bisect import bisect_left, insort
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import accumulate, pairwise, repeat
@@ -47,6 +47,7 @@ _ROUND: Final = 6
 _BLOCK_SHIFT: Final = 8  # 256 documents per block for the early-stop bounds
 _SCAN_RATIO: Final = 4  # 1-code-point query: scan everything when the union is > live / 4
 _FILTERS: Final = 3  # posting lists checked by bisect before verifying a candidate
+_LANE_RATIO: Final = 16  # walk an importance level's own list when it is this much shorter
 
 _FOLD: Final = {c: c + 32 for c in range(0x41, 0x5B)}
 _ASCII_WORD: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
@@ -161,20 +162,19 @@ class _Query:
         return self.words if self.words else [self.phrase]
 
 
-def _field_texts(msg: Message) -> tuple[str, str, list[str]]:
-    summary = msg.metadata.summary
-    return (
-        fold(msg.content),
-        fold(summary) if summary else "",
-        [fold(t) for t in msg.metadata.tags],
-    )
-
-
-def _breakdown(msg: Message, q: _Query) -> tuple[float, float, float] | None:
-    """Per-field scores (content, summary, tags), or None when the message does not match."""
-    content, summary, tags = _field_texts(msg)
+def _breakdown(
+    msg: Message, q: _Query, content: str | None = None, c: float | None = None
+) -> tuple[float, float, float] | None:
+    """Per-field scores (content, summary, tags), or None when the message does not match.
+    `content`/`c` may pass the folded content and its phrase level when already known."""
+    if content is None:
+        content = fold(msg.content)
+    if c is None:
+        c = _match_level(q.phrase, content)
+    meta = msg.metadata
+    summary = fold(meta.summary) if meta.summary else ""
+    tags = [fold(t) for t in meta.tags]
     phrase = q.phrase
-    c = _match_level(phrase, content)
     s = _match_level(phrase, summary) if summary else 0.0
     t = _tags_level(phrase, tags) if tags else 0.0
     if not q.multi:
@@ -210,12 +210,17 @@ def _overall(parts: tuple[float, float, float]) -> float:
 
 
 def _score(msg: Message, q: _Query) -> float | None:
-    # Fast path: the phrase as a whole word in the content is the best possible score.
+    """The overall score, or None when the message does not match."""
     content = msg.content
     folded = content.lower() if content.isascii() else content.translate(_FOLD)
-    if _match_level(q.phrase, folded) == WHOLE_WORD:
+    c = _match_level(q.phrase, folded)
+    # The phrase as a whole word in the content is the best possible score.
+    if c == WHOLE_WORD:
         return WHOLE_WORD * CONTENT_WEIGHT
-    parts = _breakdown(msg, q)
+    meta = msg.metadata
+    if not q.multi and not meta.summary and not meta.tags:
+        return c * CONTENT_WEIGHT if c else None
+    parts = _breakdown(msg, q, folded, c)
     return None if parts is None else _overall(parts)
 
 
@@ -250,7 +255,7 @@ def _new_postings() -> array[int]:
     return array("I")
 
 
-def _contains(postings: array[int], doc: int) -> bool:
+def _contains(postings: Sequence[int], doc: int) -> bool:
     i = bisect_left(postings, doc)
     return i < len(postings) and postings[i] == doc
 
@@ -276,7 +281,8 @@ class SearchIndex:
         self._ids: list[str | None] = []  # document number -> message id (None: removed)
         self._docs: dict[str, int] = {}  # message id -> document number
         self._sig = array("q")  # document number -> _signature of the indexed value
-        self._blk_imp = array("h")  # per block of documents: max importance ever indexed
+        self._imp = array("b")  # document number -> importance (-1: removed)
+        self._lanes: dict[int, array[int]] = {}  # importance -> its document numbers
         self._blk_ts = array("q")  # per block of documents: max timestamp ever indexed
 
     # -- mutation ---------------------------------------------------------------------------
@@ -295,6 +301,12 @@ class SearchIndex:
         self._ids.append(msg.message_id)
         self._docs[msg.message_id] = doc
         self._sig.append(_signature(msg))
+        imp = msg.metadata.importance
+        self._imp.append(imp)
+        lane = self._lanes.get(imp)
+        if lane is None:
+            lane = self._lanes[imp] = array("I")
+        lane.append(doc)
         self._raise_bounds(doc, msg)
         grams, singles = _grams(msg)
         post = self._post
@@ -327,6 +339,8 @@ class SearchIndex:
             self._sweep(doc)
         self._ids[doc] = None
         self._sig[doc] = 0
+        self._leave_lane(doc)
+        self._imp[doc] = -1
 
     def replace(self, old: Message, new: Message) -> None:
         """Reindex `old` (the value previously added) as `new`; only changed grams move."""
@@ -360,22 +374,32 @@ class SearchIndex:
                 sp = self._singles[ch] = array("I")
             insort(sp, doc)
         self._sig[doc] = _signature(new)
+        imp = new.metadata.importance
+        if imp != self._imp[doc]:
+            self._leave_lane(doc)
+            self._imp[doc] = imp
+            lane = self._lanes.get(imp)
+            if lane is None:
+                lane = self._lanes[imp] = array("I")
+            insort(lane, doc)
         self._raise_bounds(doc, new)
 
     def clear(self) -> None:
         self._reset()
 
+    def _leave_lane(self, doc: int) -> None:
+        imp = self._imp[doc]
+        lane = self._lanes[imp]
+        _discard(lane, doc)
+        if not lane:
+            del self._lanes[imp]
+
     def _raise_bounds(self, doc: int, msg: Message) -> None:
         block = doc >> _BLOCK_SHIFT
-        imp = msg.metadata.importance
         ts = msg.timestamp
-        if block == len(self._blk_imp):
-            self._blk_imp.append(imp)
+        if block == len(self._blk_ts):
             self._blk_ts.append(ts)
-            return
-        if imp > self._blk_imp[block]:
-            self._blk_imp[block] = imp
-        if ts > self._blk_ts[block]:
+        elif ts > self._blk_ts[block]:
             self._blk_ts[block] = ts
 
     def _register_bigram(self, gram: str) -> None:
@@ -425,42 +449,60 @@ class SearchIndex:
         if not query:
             return []
         q = _Query(query)
-        source, filters = self._plan(q)
+        cands, filters = self._plan(q)
+        if cands is not None and not cands:
+            return []
         ids = self._ids
+        imps = self._imp
+        lanes = self._lanes
+        get = messages.get
         heap: list[tuple[float, int, int, str]] = []
-        bounds: tuple[list[int], list[int]] | None = None
-        last_block = -1
-        for doc in source:
-            if filters and not all(_contains(p, doc) for p in filters):
-                continue
-            if len(heap) == limit and heap[0][0] >= WHOLE_WORD:
-                # Every slot holds a best-score hit: stop once no earlier document can beat the
-                # worst of them on importance, then timestamp (block maxima are upper bounds).
-                block = doc >> _BLOCK_SHIFT
-                if block != last_block:
-                    last_block = block
-                    if bounds is None:
-                        bounds = (
-                            list(accumulate(self._blk_imp, max)),
-                            list(accumulate(self._blk_ts, max)),
-                        )
-                    worst = heap[0]
-                    if (bounds[0][block], bounds[1][block]) < (worst[1], worst[2]):
-                        break
-            mid = ids[doc]
-            if mid is None:
-                continue
-            msg = messages.get(mid)
-            if msg is None:
-                continue
-            score = _score(msg, q)
-            if score is None or (accept is not None and not accept(msg)):
-                continue
-            key = (score, msg.metadata.importance, msg.timestamp, mid)
-            if len(heap) < limit:
-                heapq.heappush(heap, key)
-            elif key > heap[0]:
-                heapq.heapreplace(heap, key)
+        ts_bound: list[int] | None = None
+        # Importance levels best first; inside a level, newest document first. Once every slot
+        # holds a best-score hit, the per-block timestamp maxima bound what is left.
+        for level in sorted(lanes, reverse=True):
+            if len(heap) == limit and heap[0][0] >= WHOLE_WORD and heap[0][1] > level:
+                break
+            lane = lanes[level]
+            stream: Iterable[int]
+            if cands is None:
+                stream = reversed(lane)
+            elif len(lanes) == 1:
+                stream = reversed(cands)
+            elif len(lane) * _LANE_RATIO < len(cands):
+                stream = (d for d in reversed(lane) if _contains(cands, d))
+            else:
+                stream = (d for d in reversed(cands) if imps[d] == level)
+            stop = False
+            last_block = -1
+            for doc in stream:
+                if filters and not all(_contains(p, doc) for p in filters):
+                    continue
+                if len(heap) == limit and heap[0][0] >= WHOLE_WORD:
+                    block = doc >> _BLOCK_SHIFT
+                    if block != last_block:
+                        last_block = block
+                        if ts_bound is None:
+                            ts_bound = list(accumulate(self._blk_ts, max))
+                        if (level, ts_bound[block]) < heap[0][1:3]:
+                            stop = True
+                            break
+                mid = ids[doc]
+                if mid is None:
+                    continue
+                msg = get(mid)
+                if msg is None or (accept is not None and not accept(msg)):
+                    continue
+                score = _score(msg, q)
+                if score is None:
+                    continue
+                key = (score, msg.metadata.importance, msg.timestamp, mid)
+                if len(heap) < limit:
+                    heapq.heappush(heap, key)
+                elif key > heap[0]:
+                    heapq.heapreplace(heap, key)
+            if stop:
+                break
         hits: list[SearchHit] = []
         for score, _imp, _ts, mid in sorted(heap, reverse=True):
             msg = messages[mid]
@@ -476,8 +518,9 @@ class SearchIndex:
             )
         return hits
 
-    def _plan(self, q: _Query) -> tuple[Iterable[int], list[array[int]]]:
-        """Candidate documents in descending order, plus posting lists to check them against."""
+    def _plan(self, q: _Query) -> tuple[Sequence[int] | None, list[array[int]]]:
+        """Ascending candidate document numbers (None: every document), plus posting lists
+        each candidate must also be in."""
         required: dict[int, array[int]] = {}
         singles: list[str] = []
         post = self._post
@@ -490,11 +533,11 @@ class SearchIndex:
             for g in grams:
                 p = post.get(g)
                 if p is None:
-                    return (), []
+                    return [], []
                 required[id(p)] = p
         if required:
             lists = sorted(required.values(), key=len)
-            return reversed(lists[0]), lists[1 : 1 + _FILTERS]
+            return lists[0], lists[1 : 1 + _FILTERS]
         best: list[array[int]] | None = None
         best_size = 0
         for ch in singles:
@@ -509,12 +552,8 @@ class SearchIndex:
             union: set[int] = set()
             for p in best:
                 union.update(p)
-            return sorted(union, reverse=True), []
-        return self._all_docs(), []
-
-    def _all_docs(self) -> Iterator[int]:
-        ids = self._ids
-        return (d for d in range(len(ids) - 1, -1, -1) if ids[d] is not None)
+            return sorted(union), []
+        return None, []
 
     # -- accounting -------------------------------------------------------------------------
 
@@ -532,8 +571,10 @@ class SearchIndex:
         size += sys.getsizeof(self._ids) + sys.getsizeof(self._docs)
         int_size = sys.getsizeof(1 << 20)
         size += int_size * sum(1 for d in self._docs.values() if d > 256)
-        for arr in (self._sig, self._blk_imp, self._blk_ts):
+        for arr in (self._sig, self._imp, self._blk_ts):
             size += sys.getsizeof(arr)
+        size += sys.getsizeof(self._lanes)
+        size += sum(sys.getsizeof(lane) for lane in self._lanes.values())
         return size
 
     def check(self, messages: Mapping[str, Message]) -> list[str]:

@@ -424,3 +424,15 @@ def test_single_code_point_queries_union_and_scan() -> None:
     assert_like_reference(idx, msgs, "q")
     assert_like_reference(idx, msgs, "e", 7)
     assert_like_reference(idx, msgs, "e")
+
+
+def test_many_importance_levels_and_a_frequent_term() -> None:
+    words = ["alpha", "beta", "gamma delta", "alphabet", "the alpha"]
+    messages = [
+        msg(i, f"{words[i % 5]} {i}", importance=(i * 37) % 101, timestamp=(i * 7) % 900)
+        for i in range(2500)
+    ]
+    idx, msgs = build(messages)
+    for q in ("alpha", "a", "al", "delta gamma", "1"):
+        for limit in (1, 3, 25):
+            assert_like_reference(idx, msgs, q, limit)
