@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from convmem_engine.domain.message import MEMORY_KINDS, Message
 
@@ -150,6 +150,10 @@ class HistoryIndex:
 
     def session_count(self) -> int:
         return len(self._sessions)
+
+    def session_ids(self) -> Iterator[str]:
+        """Every session with live messages (as stored: the index keeps the store's strings)."""
+        return iter(self._sessions)
 
     def session(self, session_id: str) -> SessionHistory | None:
         return self._sessions.get(session_id)

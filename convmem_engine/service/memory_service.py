@@ -16,6 +16,7 @@ other requests wait.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -32,7 +33,11 @@ from convmem_engine.index.history_index import HistoryIndex
 from convmem_engine.index.relation_index import RelationIndex
 from convmem_engine.index.search_index import SearchIndex
 from convmem_engine.service import views
-from convmem_engine.service.accounting import MessageAccounting, dict_table_bytes
+from convmem_engine.service.accounting import (
+    MessageAccounting,
+    dict_table_bytes,
+    session_ids_bytes,
+)
 from convmem_engine.service.budget import Budget
 from convmem_engine.service.events import ChangeEvent, EventHub
 from convmem_engine.service.ids import UlidSource, utc_millis
@@ -63,7 +68,9 @@ class MemoryService:
         self._history = HistoryIndex()
         self._relations = RelationIndex()
         self._search = SearchIndex()
-        self._accounting = MessageAccounting()
+        # Built on the first health call (not at open), then maintained by every change.
+        self._accounting: MessageAccounting | None = None
+        self._accounting_lock = threading.Lock()
         self._closed = False
         self._build_indexes()
 
@@ -111,34 +118,47 @@ class MemoryService:
         self._history.clear()
         self._relations.clear()
         self._search.clear()
-        self._accounting.clear()
+        self._accounting = None
         for msg in messages.values():
             self._history.add(msg)
             self._relations.add(msg)
             self._search.add(msg)
-            self._accounting.add(msg)
-            # Creation order is id order, so the last id is normally the largest; observing
-            # every id keeps new ids above all of them whatever the log holds.
-            self._ids.observe(msg.message_id)
+        if messages:
+            # New ids must sort after every id the store holds, whatever the clock says now.
+            self._ids.observe(max(messages))
 
     def _index_add(self, msg: Message) -> None:
         self._history.add(msg)
         self._relations.add(msg)
         self._search.add(msg)
-        self._accounting.add(msg)
+        if self._accounting is not None:
+            self._accounting.add(msg)
 
     def _index_remove(self, msg: Message) -> None:
         self._history.remove(msg)
         self._relations.remove(msg)
         self._search.remove(msg)
-        self._accounting.remove(msg)
+        if self._accounting is not None:
+            self._accounting.remove(msg)
 
     def _index_replace(self, old: Message, new: Message) -> None:
         self._history.replace(old, new)
         self._relations.replace(old, new)
         self._search.replace(old, new)
-        self._accounting.remove(old)
-        self._accounting.add(new)
+        if self._accounting is not None:
+            self._accounting.remove(old)
+            self._accounting.add(new)
+
+    def _message_accounting(self) -> MessageAccounting:
+        """Caller holds the read lock (so no write runs); the mutex stops two health calls
+        from both building it."""
+        with self._accounting_lock:
+            if self._accounting is None:
+                acc = MessageAccounting()
+                for msg in self._store.messages.values():
+                    acc.add(msg)
+                self._accounting = acc
+            return self._accounting
 
     def _check_open(self) -> None:
         if self._closed:
@@ -437,8 +457,12 @@ class MemoryService:
         with self._lock.read():
             self._check_open()
             stats = self._store.stats()
-            acc = self._accounting
-            store_entries = acc.entry_bytes + dict_table_bytes(acc.entries)
+            acc = self._message_accounting()
+            store_entries = (
+                acc.entry_bytes
+                + dict_table_bytes(acc.entries)
+                + session_ids_bytes(self._history.session_ids())
+            )
             search_bytes = self._search.memory_bytes()
             history_bytes = self._history.memory_bytes()
             relation_bytes = self._relations.memory_bytes()
@@ -495,4 +519,10 @@ class MemoryService:
             fresh_relations.build(messages)
             if not fresh_relations.same_as(self._relations):
                 problems.append("relation index: differs from a fresh build")
+            if self._accounting is not None:
+                fresh_accounting = MessageAccounting()
+                for msg in messages:
+                    fresh_accounting.add(msg)
+                if fresh_accounting != self._accounting:
+                    problems.append("memory accounting: differs from a fresh count")
             return problems
