@@ -32,9 +32,8 @@ import tempfile
 import time
 from collections.abc import Callable
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench_search import QUERIES, fts_sql
 from bench_storage import current_rss_mb, peak_rss_mb
@@ -253,22 +252,25 @@ def main() -> None:
     )
     print("| measure | service | peer | ratio |")
     print("|---|---|---|---|")
+    open_s, rss = float(svc["open_s"]), float(svc["rss_mb"])
     print(
-        f"| open with snapshot (fresh process) | {float(svc['open_s']):.2f} s | "
-        f"{store['open_s']:.2f} s (Store.open alone) | {float(svc['open_s']) / store['open_s']:.2f} |"
+        f"| open with snapshot (fresh process) | {open_s:.2f} s | "
+        f"{store['open_s']:.2f} s (Store.open alone) | {open_s / store['open_s']:.2f} |"
     )
     print(
-        f"| peak RSS after open | {float(svc['rss_mb']):.0f} MB | "
-        f"{store['rss_mb']:.0f} MB (Store.open alone) | {float(svc['rss_mb']) / store['rss_mb']:.2f} |"
+        f"| peak RSS after open | {rss:.0f} MB | "
+        f"{store['rss_mb']:.0f} MB (Store.open alone) | {rss / store['rss_mb']:.2f} |"
     )
     h_ours, h_peer = svc["history_ours"], svc["history_sqlite"]
     assert isinstance(h_ours, list) and isinstance(h_peer, list)
     print(
         f"| first history page (limit 100), median / p95 | {ms(h_ours[0])} / {ms(h_ours[1])} | "
-        f"{ms(h_peer[0])} / {ms(h_peer[1])} (SQLite, same rows as JSON) | {h_ours[0] / h_peer[0]:.2f} |"
+        f"{ms(h_peer[0])} / {ms(h_peer[1])} (SQLite, same rows as JSON) | "
+        f"{h_ours[0] / h_peer[0]:.2f} |"
     )
     print(
-        f"| sessions view first page (limit 100), median | {ms(float(svc['sessions_page_s']))} | | |"
+        "| sessions view first page (limit 100), median | "
+        f"{ms(float(svc['sessions_page_s']))} | | |"
     )
     print(f"| get_system_health, median | {ms(float(svc['health_s']))} | | |")
     print(
