@@ -638,7 +638,6 @@ class Store:
             self._snapshot_size = snap_size
             self._snapshot_at = (new.generation, new.end)
             self._snapshot_valid = True
-            self._recovered_tail = False
             return CompactionResult(
                 messages=len(self._messages),
                 records_removed=old.records - new.records,
