@@ -163,6 +163,8 @@ class MetadataEditor(QWidget):
         """The same message changed elsewhere: follow it unless the user has unsaved edits."""
         if self.message is None or message.get("message_id") != self.message.get("message_id"):
             return
+        if message.get("revision") == self.message.get("revision"):
+            return  # our own save coming back as an event: nothing new
         if not self.dirty:
             self.set_message(message)
             return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import (
@@ -54,6 +55,18 @@ SETTINGS_ORG = "ConvMem"
 SETTINGS_APP = "ConvMem"
 TAB_BROWSE, TAB_SEARCH, TAB_MAINTENANCE = range(3)
 DETAIL_MESSAGE, DETAIL_EDIT, DETAIL_CONTEXT = range(3)
+
+
+def freeze_heap() -> None:
+    """Move every object alive now (the service's store and indexes) out of the collector's reach.
+
+    With a large store a full (generation 2) collection walks millions of index objects while
+    holding the GIL: measured 130–240 ms on the 258,145-message corpus, triggered on whatever
+    thread allocates, so the GUI froze during a rebuild. Frozen objects are still freed by
+    reference counting when dropped; only garbage *cycles* among them would linger, and the
+    store's values are acyclic. `gc.freeze()` itself is a constant-time list splice.
+    """
+    gc.freeze()
 
 
 def default_settings() -> QSettings:
@@ -113,6 +126,7 @@ class MemoryBrowser(QMainWindow):
         self._default_size()
         self.restore_state()
         self.bridge.start()
+        freeze_heap()
         self.sessions_model.reload()
 
     # --- construction ---
@@ -539,11 +553,16 @@ class MemoryBrowser(QMainWindow):
             and (self.history_model.row_of(mid) >= 0 or self.editor.message is not None)
         ):
             self._fetch_then(mid, self._message_updated)
-        elif kind == "rebuild" and self.history_model.session_id is not None:
-            self.history_model.refresh()
-        self._sessions_timer.start()
+        elif kind == "rebuild":
+            freeze_heap()  # the rebuilt indexes are long-lived too
+            if self.history_model.session_id is not None:
+                self.history_model.refresh()
+        # throttled, not debounced: a steady stream of writes still refreshes every interval
+        if not self._sessions_timer.isActive():
+            self._sessions_timer.start()
         self._health_stale = True
-        self._health_timer.start()
+        if not self._health_timer.isActive():
+            self._health_timer.start()
 
     def _fetch_then(self, message_id: str, then: Any) -> None:
         service = self.service

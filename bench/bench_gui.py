@@ -1,0 +1,266 @@
+"""Memory browser benchmark on the whole chitchat-dataset corpus (258,145 messages).
+
+Measures, on a store holding the corpus:
+- opening the window until the first page of sessions is on screen;
+- selecting a session until its first history page is shown;
+- a search until its results are shown;
+- the longest stall of the GUI thread (QTimer heartbeat every 5 ms) while the window opens, while
+  it pages, and during a rebuild_index (target: no stall over 100 ms).
+Each GUI figure is printed next to its peer: the same MemoryService call made directly in the same
+process, so the ratio is the browser's own overhead.
+
+Usage: python bench/bench_gui.py [--dir DIR] [--messages N]   (offscreen unless QT_QPA_PLATFORM set)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from corpus import load_corpus
+from PySide6.QtCore import QEventLoop, QSettings, QTimer, SignalInstance
+from PySide6.QtWidgets import QApplication
+from ulid import ULID
+
+from convmem_app.browser import MemoryBrowser
+from convmem_engine.domain import Message
+from convmem_engine.service import MemoryService
+from convmem_engine.storage import Store
+
+QUERIES = ("pizza", "how are you", "favorite movie", "weekend")
+
+
+class Heartbeat:
+    """Records the gaps between 5 ms timer ticks on the GUI thread: a gap is a stall."""
+
+    def __init__(self) -> None:
+        self.timer = QTimer()
+        self.timer.setInterval(5)
+        self.timer.timeout.connect(self._tick)
+        self.gaps: list[float] = []
+        self._last = 0.0
+
+    def start(self) -> None:
+        self.gaps = []
+        self._last = time.perf_counter()
+        self.timer.start()
+
+    def _tick(self) -> None:
+        now = time.perf_counter()
+        self.gaps.append(now - self._last)
+        self._last = now
+
+    def stop(self) -> float:
+        self.timer.stop()
+        self._tick()
+        return max(self.gaps) * 1000 if self.gaps else 0.0
+
+
+def wait_for(signal: SignalInstance, timeout_s: float = 120.0) -> list[Any]:
+    loop = QEventLoop()
+    got: list[Any] = []
+
+    def fire(*args: Any) -> None:
+        got.extend(args)
+        loop.quit()
+
+    signal.connect(fire)
+    QTimer.singleShot(int(timeout_s * 1000), loop.quit)
+    loop.exec()
+    signal.disconnect(fire)
+    return got
+
+
+def settle(ms: int = 50) -> None:
+    loop = QEventLoop()
+    QTimer.singleShot(ms, loop.quit)
+    loop.exec()
+
+
+def build_store(data_dir: str, n: int | None) -> int:
+    corpus = load_corpus()
+    if n is not None:
+        corpus = corpus[:n]
+    base = 1_700_000_000_000
+    store = Store.open(data_dir)
+    last = 0
+    for i, (session, role, content) in enumerate(corpus):
+        ts = base + i * 1000
+        last = store.write_put(Message(str(ULID()), session, ts, role, content, 1, ts))
+    store.sync(last)
+    store.close()
+    return len(corpus)
+
+
+def timed(fn: Callable[[], Any], repeat: int = 3) -> float:
+    runs = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        runs.append(time.perf_counter() - t)
+    return statistics.median(runs) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dir", help="work directory (default: a temp dir)")
+    parser.add_argument("--messages", type=int, help="only the first N corpus messages")
+    args = parser.parse_args()
+    app = QApplication(sys.argv)
+    root = tempfile.mkdtemp(prefix="convmem-bench-gui-", dir=args.dir)
+    rows: list[tuple[str, str]] = []
+    try:
+        data = os.path.join(root, "data")
+        t = time.perf_counter()
+        count = build_store(data, args.messages)
+        rows.append(
+            (
+                f"build store ({count:,} messages, bulk write_put)",
+                f"{time.perf_counter() - t:.1f} s",
+            )
+        )
+        t = time.perf_counter()
+        svc = MemoryService.open(data)
+        rows.append(("MemoryService.open (not GUI: indexes)", f"{time.perf_counter() - t:.2f} s"))
+        settings = QSettings(os.path.join(root, "settings.ini"), QSettings.Format.IniFormat)
+
+        # peers: the same calls made directly
+        peer_sessions = timed(lambda: svc.read_messages(view="sessions", limit=200))
+        first_session = svc.read_messages(view="sessions", limit=1)["sessions"][0]["session_id"]
+        biggest = max(
+            svc.read_messages(view="sessions", limit=1000)["sessions"],
+            key=lambda s: s["message_count"],
+        )["session_id"]
+        peer_history = timed(
+            lambda: svc.read_messages(view="history", session_id=biggest, limit=200)
+        )
+        peer_search = statistics.median(
+            timed(lambda q=q: svc.search_messages(query=q, limit=20), 1) for q in QUERIES
+        )
+
+        beat = Heartbeat()
+        # 0. peer: the same rebuild on a bare Qt event loop (no browser, heap not frozen)
+        done: list[float] = []
+        worker = threading.Thread(target=lambda: done.append(len(str(svc.rebuild_index()))))
+        beat.start()
+        worker.start()
+        while worker.is_alive():
+            settle(20)
+        worker.join()
+        bare_stall = beat.stop()
+        rows.append(
+            (
+                "peer: longest stall, same rebuild, bare event loop",
+                f"{bare_stall:.0f} ms (a full gc pass over the indexes holds the GIL)",
+            )
+        )
+
+        # 1. open the window until the first sessions page is shown
+        beat.start()
+        t = time.perf_counter()
+        b = MemoryBrowser(svc, settings=settings)
+        b.show()
+        constructed = (time.perf_counter() - t) * 1000
+        if b.sessions_model.rowCount() == 0:
+            wait_for(b.sessions_model.pageLoaded)
+        app.processEvents()  # paint
+        opened = (time.perf_counter() - t) * 1000
+        settle(300)
+        open_stall = beat.stop()
+        rows.append(("window constructed and shown", f"{constructed:.0f} ms"))
+        rows.append(
+            (
+                "open → first sessions page on screen",
+                f"{opened:.0f} ms (direct read of a page: {peer_sessions:.1f} ms)",
+            )
+        )
+        rows.append(("longest GUI stall while opening", f"{open_stall:.0f} ms"))
+
+        # 2. select the biggest session until its first history page is shown
+        times = []
+        beat.start()
+        for sid in (biggest, first_session, biggest):
+            b.history_model.set_session(None)
+            t = time.perf_counter()
+            b.select_session(sid)
+            wait_for(b.history_model.pageLoaded)
+            app.processEvents()
+            times.append((time.perf_counter() - t) * 1000)
+        hist_stall = beat.stop()
+        shown = statistics.median(times)
+        rows.append(
+            (
+                f"select session → first history page ({b.history_model.rowCount()} rows)",
+                f"{shown:.0f} ms (direct: {peer_history:.1f} ms, x{shown / peer_history:.1f})",
+            )
+        )
+        rows.append(("longest GUI stall while paging history", f"{hist_stall:.0f} ms"))
+
+        # 3. search until results are shown
+        b.focus_search()
+        times = []
+        beat.start()
+        for q in QUERIES:
+            b.search_panel.query.setText(q)
+            t = time.perf_counter()
+            b.search_panel.search()
+            wait_for(b.search_panel.searched)
+            app.processEvents()
+            times.append((time.perf_counter() - t) * 1000)
+        search_stall = beat.stop()
+        shown = statistics.median(times)
+        rows.append(
+            (
+                "search → results on screen (median of 4 queries)",
+                f"{shown:.0f} ms (direct: {peer_search:.1f} ms, x{shown / peer_search:.1f})",
+            )
+        )
+        rows.append(("longest GUI stall while searching", f"{search_stall:.0f} ms"))
+
+        # 4. rebuild with the maintenance tab open, heartbeat running
+        b.show_maintenance()
+        settle(200)
+        beat.start()
+        t = time.perf_counter()
+        b.maintenance.rebuild()
+        result = wait_for(b.maintenance.rebuildFinished, 600)
+        rebuild_s = time.perf_counter() - t
+        settle(1500)  # the health refresh and the sessions refresh the rebuild event triggers
+        stall = beat.stop()
+        rows.append(
+            (
+                f"rebuild_index from the browser ({result[0]['messages_indexed']:,} messages)",
+                f"{rebuild_s:.1f} s",
+            )
+        )
+        rows.append(
+            (
+                "longest GUI stall during rebuild (target ≤ 100 ms)",
+                f"{stall:.0f} ms over {len(beat.gaps):,} heartbeats"
+                f" ({'OK' if stall <= 100 else 'OVER TARGET'})",
+            )
+        )
+        b.close()
+        svc.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    width = max(len(r[0]) for r in rows)
+    print(f"Browser benchmark ({os.environ.get('QT_QPA_PLATFORM')}, {os.cpu_count()} cores)")
+    for name, value in rows:
+        print(f"  {name:<{width}}  {value}")
+
+
+if __name__ == "__main__":
+    main()
