@@ -15,6 +15,7 @@ other requests wait.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -45,6 +46,10 @@ from convmem_engine.service.rwlock import RWLock
 from convmem_engine.storage import FileSystem, Store
 
 _RESULTS_RESERVE = len('{"results":[]}')
+BACKGROUND_SEARCH_FROM = 20_000
+"""Stores with at least this many live messages build their search index in the background."""
+
+log = logging.getLogger(__name__)
 
 
 class MemoryService:
@@ -54,10 +59,15 @@ class MemoryService:
         *,
         clock: Callable[[], int] = utc_millis,
         response_budget: int = limits.RESPONSE_BUDGET_BYTES,
+        background_search_from: int = BACKGROUND_SEARCH_FROM,
     ) -> None:
         """Wrap an open store (prefer `MemoryService.open`). Builds every index.
 
-        `clock` (UTC milliseconds) and `response_budget` (bytes) are seams for tests.
+        A store of at least `background_search_from` messages gets its search index built on
+        a background thread: the service is usable at once, and `search_messages`,
+        `get_system_health` and `rebuild_index` wait until that build is done. Writes made
+        meanwhile are queued and applied to the index when it is. `clock` (UTC milliseconds)
+        and `response_budget` (bytes) are seams for tests.
         """
         self._store = store
         self._budget = response_budget
@@ -68,11 +78,18 @@ class MemoryService:
         self._history = HistoryIndex()
         self._relations = RelationIndex()
         self._search = SearchIndex()
+        self._search_ready = threading.Event()
+        # Changes made while the search index builds in the background, applied when it is.
+        self._search_pending: list[tuple[str, Message, Message | None]] | None = None
+        self._search_error: str = ""
+        self._search_thread: threading.Thread | None = None
+        self._search_cancel = False
+        self._background_search_from = background_search_from
         # Built on the first health call (not at open), then maintained by every change.
         self._accounting: MessageAccounting | None = None
         self._accounting_lock = threading.Lock()
         self._closed = False
-        self._build_indexes()
+        self._build_indexes(background=True)
 
     @classmethod
     def open(
@@ -82,6 +99,7 @@ class MemoryService:
         fs: FileSystem | None = None,
         clock: Callable[[], int] = utc_millis,
         response_budget: int = limits.RESPONSE_BUDGET_BYTES,
+        background_search_from: int = BACKGROUND_SEARCH_FROM,
     ) -> MemoryService:
         """Open the store in `data_dir` and build the indexes.
 
@@ -89,12 +107,21 @@ class MemoryService:
         """
         store = Store.open(data_dir, fs=fs)
         try:
-            return cls(store, clock=clock, response_budget=response_budget)
+            return cls(
+                store,
+                clock=clock,
+                response_budget=response_budget,
+                background_search_from=background_search_from,
+            )
         except BaseException:
             store.close()
             raise
 
     def close(self) -> None:
+        self._search_cancel = True
+        thread = self._search_thread
+        if thread is not None:
+            thread.join()
         with self._lock.write():
             if not self._closed:
                 self._closed = True
@@ -113,38 +140,96 @@ class MemoryService:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _build_indexes(self) -> None:
+    def _build_indexes(self, *, background: bool) -> None:
+        """Caller holds the write lock (or is the constructor)."""
         messages = self._store.messages
         self._history.clear()
         self._relations.clear()
-        self._search.clear()
         self._accounting = None
         for msg in messages.values():
             self._history.add(msg)
             self._relations.add(msg)
-            self._search.add(msg)
         if messages:
             # New ids must sort after every id the store holds, whatever the clock says now.
             self._ids.observe(max(messages))
+        self._search = SearchIndex()
+        self._search_error = ""
+        if background and len(messages) >= self._background_search_from:
+            self._search_ready.clear()
+            self._search_pending = []
+            self._search_thread = threading.Thread(
+                target=self._build_search,
+                args=(self._search, list(messages.values())),
+                name="convmem-search-build",
+                daemon=True,
+            )
+            self._search_thread.start()
+        else:
+            for msg in messages.values():
+                self._search.add(msg)
+            self._search_pending = None
+            self._search_ready.set()
+
+    def _build_search(self, index: SearchIndex, messages: list[Message]) -> None:
+        """Background thread: index the messages live at open, then (holding the write lock)
+        the changes queued since, and declare the index ready."""
+        error = ""
+        try:
+            for msg in messages:
+                if self._search_cancel:
+                    break
+                index.add(msg)
+        except Exception as e:  # reported by search_messages; rebuild_index recovers
+            log.exception("search index build failed")
+            error = f"search index: build failed ({type(e).__name__})"
+        with self._lock.write():
+            pending = self._search_pending or []
+            self._search_pending = None
+            if not error and not self._search_cancel:
+                for op, msg, new in pending:
+                    if op == "add":
+                        index.add(msg)
+                    elif op == "remove":
+                        index.remove(msg)
+                    else:
+                        assert new is not None
+                        index.replace(msg, new)
+            self._search_error = error
+            self._search_ready.set()
+
+    def _wait_for_search(self) -> None:
+        """Called before taking the lock (the builder needs it to finish)."""
+        self._search_ready.wait()
+
+    def _search_apply(self, op: str, msg: Message, new: Message | None = None) -> None:
+        if self._search_pending is not None:
+            self._search_pending.append((op, msg, new))
+        elif op == "add":
+            self._search.add(msg)
+        elif op == "remove":
+            self._search.remove(msg)
+        else:
+            assert new is not None
+            self._search.replace(msg, new)
 
     def _index_add(self, msg: Message) -> None:
         self._history.add(msg)
         self._relations.add(msg)
-        self._search.add(msg)
+        self._search_apply("add", msg)
         if self._accounting is not None:
             self._accounting.add(msg)
 
     def _index_remove(self, msg: Message) -> None:
         self._history.remove(msg)
         self._relations.remove(msg)
-        self._search.remove(msg)
+        self._search_apply("remove", msg)
         if self._accounting is not None:
             self._accounting.remove(msg)
 
     def _index_replace(self, old: Message, new: Message) -> None:
         self._history.replace(old, new)
         self._relations.replace(old, new)
-        self._search.replace(old, new)
+        self._search_apply("replace", old, new)
         if self._accounting is not None:
             self._accounting.remove(old)
             self._accounting.add(new)
@@ -391,8 +476,11 @@ class MemoryService:
                     and filters.accepts(msg.metadata)
                 )
 
+        self._wait_for_search()
         with self._lock.read():
             self._check_open()
+            if self._search_error:
+                raise InternalError(self._search_error)
             messages = self._store.messages
             hits = self._search.search(q, messages, accept=accept, limit=limit_)
             budget = Budget(_RESULTS_RESERVE, self._budget)
@@ -437,10 +525,11 @@ class MemoryService:
     # -- rebuild_index -----------------------------------------------------------------------
 
     def rebuild_index(self) -> dict[str, Any]:
+        self._wait_for_search()
         with self._lock.write():
             self._check_open()
             result = self._store.compact()
-            self._build_indexes()
+            self._build_indexes(background=False)
             indexed = len(self._store.messages)
         self._events.publish(ChangeEvent("rebuild", None, None))
         return {
@@ -454,6 +543,7 @@ class MemoryService:
     # -- get_system_health -------------------------------------------------------------------
 
     def get_system_health(self) -> dict[str, Any]:
+        self._wait_for_search()
         with self._lock.read():
             self._check_open()
             stats = self._store.stats()
@@ -502,8 +592,10 @@ class MemoryService:
 
     def check(self) -> list[str]:
         """Self-check: the store against its files, and every index against a fresh build."""
+        self._wait_for_search()
         with self._lock.read():
             problems = list(self._store.check())
+            problems.extend(self._search.check(self._store.messages))
             messages = list(self._store.messages.values())
             fresh_history = HistoryIndex()
             fresh_history.build(messages)

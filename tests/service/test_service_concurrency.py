@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+from pathlib import Path
 
 from svc_helpers import write
 
@@ -106,3 +107,35 @@ def test_readers_run_while_a_writer_waits_for_fsync(svc: MemoryService) -> None:
     for t in readers:
         t.join()
     assert counts and set(counts) == {50}
+
+
+def test_background_search_build_with_writes_meanwhile(tmp_path: Path) -> None:
+    first = MemoryService.open(tmp_path / "d")
+    ids = [write(first, f"word{i % 50} item {i}", session=f"s{i % 7}") for i in range(3000)]
+    first.close()
+    svc = MemoryService.open(tmp_path / "d", background_search_from=0)
+    try:
+        # usable at once while the search index builds: writes, updates, deletes, history
+        new = write(svc, "word7 fresh")
+        svc.update_message(message_id=ids[7], content="word7 changed")
+        svc.delete_message(message_id=ids[57])
+        svc.delete_message(message_id=new)
+        newer = write(svc, "word7 newest")
+        assert svc.read_messages(session_id="s0", limit=1)["history"]
+        found = {r["message_id"] for r in svc.search_messages(query="word7", limit=100)["results"]}
+        want = {ids[i] for i in range(7, 3000, 50)} - {ids[57]} | {newer}
+        assert found == want
+        assert svc.check() == []
+    finally:
+        svc.close()
+
+
+def test_close_during_background_build(tmp_path: Path) -> None:
+    first = MemoryService.open(tmp_path / "d")
+    for i in range(2000):
+        write(first, f"text {i}")
+    first.close()
+    svc = MemoryService.open(tmp_path / "d", background_search_from=0)
+    svc.close()
+    with MemoryService.open(tmp_path / "d") as again:
+        assert len(again.search_messages(query="text", limit=100)["results"]) == 100

@@ -194,7 +194,8 @@ class ServiceMachine(RuleBasedStateMachine):
     @rule()
     def reopen(self) -> None:
         self.svc.close()
-        self.svc = MemoryService.open(self.dir)
+        # the search index builds in the background: later steps race with that build
+        self.svc = MemoryService.open(self.dir, background_search_from=0)
 
     # -- reads ----------------------------------------------------------------------------------
 
