@@ -157,7 +157,7 @@ class Store:
         self._write_lock = threading.RLock()
         self._sync_cond = threading.Condition(threading.Lock())
         self._synced_seq = 0
-        self._leader = False
+        self._inflight = 0  # fsyncs running (0 or 1: one leader at a time)
 
     # -- opening --------------------------------------------------------------------------
 
@@ -470,43 +470,53 @@ class Store:
             return seq
 
     def sync(self, sequence: int) -> None:
-        """Return once every record up to `sequence` is fsynced (group commit)."""
+        """Return once every record up to `sequence` is fsynced (group commit).
+
+        Leader/follower: when no fsync is running, the caller becomes the leader and fsyncs
+        once for every record written before its fsync started (`target`). Everyone else
+        waits; when the leader finishes, the callers it covered return and one of the rest
+        leads the next fsync. (Letting leaders overlap measured 10-30% more writes/s with 8
+        writers, but then every write paid its own fsync: we keep the sharing.)
+        """
         cond = self._sync_cond
-        while True:
+        with cond:
+            while True:
+                if self._synced_seq >= sequence:
+                    return
+                if self._failed:
+                    raise StoreIOError(
+                        f"store: not durable after an earlier failure ({self._failed})"
+                    )
+                if sequence > self._log.last_seq:
+                    raise InternalError("sequence: not written yet")
+                if not self._inflight:
+                    break  # lead: no fsync is running
+                cond.wait()
+            target = self._log.last_seq
+            self._inflight += 1
+            fd = self._fd
+        ok = False
+        try:
+            self._fs.fsync(fd)
+            ok = True
+        except OSError as e:
             with cond:
-                while True:
-                    if self._synced_seq >= sequence:
-                        return
-                    if self._failed:
-                        raise StoreIOError(
-                            f"store: not durable after an earlier failure ({self._failed})"
-                        )
-                    if sequence > self._log.last_seq:
-                        raise InternalError("sequence: not written yet")
-                    if not self._leader:
-                        break
-                    cond.wait()
-                self._leader = True
-                target = self._log.last_seq
-                fd = self._fd
-            try:
-                self._fs.fsync(fd)
-            except OSError as e:
-                with cond:
-                    self._leader = False
-                    self._fail(f"{LOG_NAME}: fsync failed: {e.strerror or e}")
-                    cond.notify_all()
-                raise StoreIOError(self._last_error) from e
-            except BaseException:
-                with cond:
-                    self._leader = False
-                    cond.notify_all()
-                raise
+                self._fail(f"{LOG_NAME}: fsync failed: {e.strerror or e}")
+            raise StoreIOError(self._last_error) from e
+        finally:
             with cond:
-                self._leader = False
-                if target > self._synced_seq:
+                self._inflight -= 1
+                if ok and target > self._synced_seq:
                     self._synced_seq = target
+                if not ok and not self._failed:
+                    self._fail(f"{LOG_NAME}: fsync interrupted")
                 cond.notify_all()
+
+    def _drain_syncs(self) -> None:
+        """Wait until no fsync is running (before the log descriptor is closed)."""
+        with self._sync_cond:
+            while self._inflight:
+                self._sync_cond.wait()
 
     def put(self, msg: Message) -> int:
         seq = self.write_put(msg)
@@ -573,6 +583,7 @@ class Store:
 
     def _sync_all(self) -> None:
         self.sync(self._log.last_seq)
+        self._drain_syncs()
 
     def compact(self) -> CompactionResult:
         """Rewrite the log with only live messages (new generation) and a fresh snapshot."""
@@ -804,6 +815,7 @@ class Store:
                         with contextlib.suppress(StoreIOError):
                             self._write_snapshot()
             finally:
+                self._drain_syncs()
                 if self._fd >= 0:
                     with contextlib.suppress(OSError):
                         self._fs.close(self._fd)
