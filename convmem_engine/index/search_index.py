@@ -47,6 +47,8 @@ _ROUND: Final = 6
 _BLOCK_SHIFT: Final = 8  # 256 documents per block for the early-stop bounds
 _SCAN_RATIO: Final = 4  # 1-code-point query: scan everything when the union is > live / 4
 _FILTERS: Final = 3  # posting lists checked by bisect before verifying a candidate
+_EAGER_MAX: Final = 2048  # intersect candidate lists eagerly when the rarest is this short
+_INTERSECT_RATIO: Final = 16  # ... and the next list at most this many times the survivors
 _LANE_RATIO: Final = 16  # walk an importance level's own list when it is this much shorter
 
 _FOLD: Final = {c: c + 32 for c in range(0x41, 0x5B)}
@@ -449,60 +451,17 @@ class SearchIndex:
         if not query:
             return []
         q = _Query(query)
-        cands, filters = self._plan(q)
-        if cands is not None and not cands:
-            return []
-        ids = self._ids
-        imps = self._imp
-        lanes = self._lanes
-        get = messages.get
         heap: list[tuple[float, int, int, str]] = []
-        ts_bound: list[int] | None = None
-        # Importance levels best first; inside a level, newest document first. Once every slot
-        # holds a best-score hit, the per-block timestamp maxima bound what is left.
-        for level in sorted(lanes, reverse=True):
-            if len(heap) == limit and heap[0][0] >= WHOLE_WORD and heap[0][1] > level:
-                break
-            lane = lanes[level]
-            stream: Iterable[int]
-            if cands is None:
-                stream = reversed(lane)
-            elif len(lanes) == 1:
-                stream = reversed(cands)
-            elif len(lane) * _LANE_RATIO < len(cands):
-                stream = (d for d in reversed(lane) if _contains(cands, d))
-            else:
-                stream = (d for d in reversed(cands) if imps[d] == level)
-            stop = False
-            last_block = -1
-            for doc in stream:
-                if filters and not all(_contains(p, doc) for p in filters):
-                    continue
-                if len(heap) == limit and heap[0][0] >= WHOLE_WORD:
-                    block = doc >> _BLOCK_SHIFT
-                    if block != last_block:
-                        last_block = block
-                        if ts_bound is None:
-                            ts_bound = list(accumulate(self._blk_ts, max))
-                        if (level, ts_bound[block]) < heap[0][1:3]:
-                            stop = True
-                            break
-                mid = ids[doc]
-                if mid is None:
-                    continue
-                msg = get(mid)
-                if msg is None or (accept is not None and not accept(msg)):
-                    continue
-                score = _score(msg, q)
-                if score is None:
-                    continue
-                key = (score, msg.metadata.importance, msg.timestamp, mid)
-                if len(heap) < limit:
-                    heapq.heappush(heap, key)
-                elif key > heap[0]:
-                    heapq.heapreplace(heap, key)
-            if stop:
-                break
+        words_plan = self._plan(q.terms())
+        if q.multi:
+            # Pass 1: documents that may hold the whole phrase (best score 1.0). Pass 2: the
+            # rest of the all-words candidates, whose score cannot exceed WORDS_FACTOR.
+            seen: set[int] = set()
+            phrase_plan = self._plan([q.phrase])
+            if self._run_pass(q, messages, accept, limit, heap, phrase_plan, WHOLE_WORD, seen):
+                self._run_pass(q, messages, accept, limit, heap, words_plan, WORDS_FACTOR, seen)
+        else:
+            self._run_pass(q, messages, accept, limit, heap, words_plan, WHOLE_WORD, None)
         hits: list[SearchHit] = []
         for score, _imp, _ts, mid in sorted(heap, reverse=True):
             msg = messages[mid]
@@ -518,13 +477,85 @@ class SearchIndex:
             )
         return hits
 
-    def _plan(self, q: _Query) -> tuple[Sequence[int] | None, list[array[int]]]:
+    def _run_pass(
+        self,
+        q: _Query,
+        messages: Mapping[str, Message],
+        accept: Callable[[Message], bool] | None,
+        limit: int,
+        heap: list[tuple[float, int, int, str]],
+        plan: tuple[Sequence[int] | None, list[array[int]]],
+        max_score: float,
+        seen: set[int] | None,
+    ) -> bool:
+        """Score the plan's candidates into `heap` (a min-heap of the best `limit` keys).
+
+        Importance levels best first; inside a level, newest document first. Stops as soon as
+        no remaining candidate can beat the worst kept key: (max_score, level, block maximum
+        timestamp) below it. A first pass (`max_score` 1.0) records the documents it scored in
+        `seen`; the second pass skips them. Returns False when it stopped early."""
+        cands, filters = plan
+        if cands is not None and not cands:
+            return True
+        ids = self._ids
+        imps = self._imp
+        lanes = self._lanes
+        get = messages.get
+        record = seen is not None and max_score == WHOLE_WORD
+        skip = seen if seen is not None and not record else None
+        ts_bound: list[int] | None = None
+        for level in sorted(lanes, reverse=True):
+            if len(heap) == limit and (max_score, level) < heap[0][:2]:
+                return False
+            lane = lanes[level]
+            stream: Iterable[int]
+            if cands is None:
+                stream = reversed(lane)
+            elif len(lanes) == 1:
+                stream = reversed(cands)
+            elif len(lane) * _LANE_RATIO < len(cands):
+                stream = (d for d in reversed(lane) if _contains(cands, d))
+            else:
+                stream = (d for d in reversed(cands) if imps[d] == level)
+            last_block = -1
+            for doc in stream:
+                if filters and not all(_contains(p, doc) for p in filters):
+                    continue
+                if skip is not None and doc in skip:
+                    continue
+                if len(heap) == limit and heap[0][0] >= max_score:
+                    block = doc >> _BLOCK_SHIFT
+                    if block != last_block:
+                        last_block = block
+                        if ts_bound is None:
+                            ts_bound = list(accumulate(self._blk_ts, max))
+                        if (max_score, level, ts_bound[block]) < heap[0][:3]:
+                            return False
+                if record:
+                    seen.add(doc)  # type: ignore[union-attr]
+                mid = ids[doc]
+                if mid is None:
+                    continue
+                msg = get(mid)
+                if msg is None or (accept is not None and not accept(msg)):
+                    continue
+                score = _score(msg, q)
+                if score is None:
+                    continue
+                key = (score, msg.metadata.importance, msg.timestamp, mid)
+                if len(heap) < limit:
+                    heapq.heappush(heap, key)
+                elif key > heap[0]:
+                    heapq.heapreplace(heap, key)
+        return True
+
+    def _plan(self, terms: list[str]) -> tuple[Sequence[int] | None, list[array[int]]]:
         """Ascending candidate document numbers (None: every document), plus posting lists
-        each candidate must also be in."""
+        each candidate must also be in, for documents containing every term somewhere."""
         required: dict[int, array[int]] = {}
         singles: list[str] = []
         post = self._post
-        for term in q.terms():
+        for term in terms:
             n = len(term)
             if n == 1:
                 singles.append(term)
@@ -537,7 +568,21 @@ class SearchIndex:
                 required[id(p)] = p
         if required:
             lists = sorted(required.values(), key=len)
-            return lists[0], lists[1 : 1 + _FILTERS]
+            if len(lists[0]) > _EAGER_MAX:
+                # Large driver: stay lazy (the early stop usually ends the walk soon).
+                return lists[0], lists[1 : 1 + _FILTERS]
+            # Small driver: intersect in C while a list is short enough relative to the
+            # survivors; longer lists are checked per candidate by bisection.
+            survivors = set(lists[0])
+            rest: list[array[int]] = []
+            for p in lists[1:]:
+                if rest or len(p) > _INTERSECT_RATIO * len(survivors):
+                    rest.append(p)
+                    continue
+                survivors.intersection_update(p)
+                if not survivors:
+                    return [], []
+            return sorted(survivors), rest[:_FILTERS]
         best: list[array[int]] | None = None
         best_size = 0
         for ch in singles:
