@@ -25,7 +25,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
@@ -43,6 +43,10 @@ CONTROL_LINE_MAX = 4096
 # decides when the reader would pause a transport, and there is none here.
 READER_LIMIT = 64 * 1024 * 1024
 SHUTTING_DOWN_CODE = -32000
+# Output flow control: a session's `send` waits while more than HIGH_WATER bytes are queued for
+# a socket (a host that does not read), until they drop to LOW_WATER.
+HIGH_WATER = 4 * 1024 * 1024
+LOW_WATER = 1024 * 1024
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +79,9 @@ class _EngineSession:
     accepting: bool = True  # False once shutdown began: no new requests reach the session
     refused: bytes = b""  # bytes after shutdown, split into lines to refuse each request
     eof: bool = False  # the reader has been told end of input
+    gone: bool = False  # the socket is closed: nothing more can be written
+    unsent: int = 0  # bytes handed to the Qt thread and not yet written to the socket
+    writable: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
 
 
@@ -167,6 +174,9 @@ class PipeBridge(QObject):
             self._connections[cid] = conn
             socket.readyRead.connect(lambda c=conn: self._on_ready_read(c))
             socket.disconnected.connect(lambda c=conn: self._on_disconnected(c))
+            socket.bytesWritten.connect(
+                lambda count, c=conn: self._engine.call_soon(self._e_written, c.cid, count)
+            )
             if socket.bytesAvailable():
                 self._on_ready_read(conn)
 
@@ -224,7 +234,7 @@ class PipeBridge(QObject):
         if self._connections.pop(conn.cid, None) is None:
             return
         if conn.mode == "mcp":
-            self._engine.call_soon(self._e_eof, conn.cid)
+            self._engine.call_soon(self._e_disconnected, conn.cid)
             self._set_hosts(self._hosts - 1)
         conn.socket.deleteLater()
         self._maybe_finish_drain()
@@ -283,7 +293,13 @@ class PipeBridge(QObject):
         self._sessions[cid] = session
 
         async def send(data: bytes) -> None:
+            if session.gone:
+                raise ConnectionResetError("the host's pipe is closed")
+            session.unsent += len(data)
             self._outgoing.emit(cid, data)
+            if session.unsent > HIGH_WATER:
+                session.writable.clear()
+                await session.writable.wait()
 
         async def run() -> None:
             try:
@@ -326,7 +342,22 @@ class PipeBridge(QObject):
         for line in lines:
             reply = _shutting_down_reply(line)
             if reply is not None:
+                session.unsent += len(reply)
                 self._outgoing.emit(cid, reply)
+
+    def _e_written(self, cid: int, count: int) -> None:
+        session = self._sessions.get(cid)
+        if session is not None:
+            session.unsent -= count
+            if session.unsent <= LOW_WATER:
+                session.writable.set()
+
+    def _e_disconnected(self, cid: int) -> None:
+        session = self._sessions.get(cid)
+        if session is not None:
+            session.gone = True
+            session.writable.set()
+            self._e_end_input(session)
 
     def _e_eof(self, cid: int) -> None:
         session = self._sessions.get(cid)

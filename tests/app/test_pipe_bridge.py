@@ -1,0 +1,128 @@
+"""The pipe bridge on its own (real engine thread, real service, real MCP server, real socket):
+control messages, and what a host sees when the app quits under it."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pytestqt.qtbot import QtBot
+
+from convmem_app.engine_thread import EngineThread
+from convmem_app.paths import endpoint
+from convmem_app.pipe_bridge import SHUTTING_DOWN_CODE, PipeBridge
+from convmem_engine.mcp import build_server, serve_lines
+from convmem_engine.service import MemoryService
+
+pytestmark = [pytest.mark.gui, pytest.mark.filterwarnings("ignore::ResourceWarning")]
+
+
+def message(request_id: int, method: str, params: dict[str, object]) -> bytes:
+    body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+    return json.dumps(body).encode() + b"\n"
+
+
+INITIALIZE = message(
+    1,
+    "initialize",
+    {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "bridge-test", "version": "0"},
+    },
+)
+
+
+def write(request_id: int, content: str) -> bytes:
+    arguments = {"session_id": "bridge", "role": "user", "content": content}
+    return message(request_id, "tools/call", {"name": "write_message", "arguments": arguments})
+
+
+class Bridge:
+    def __init__(self, data_dir: Path) -> None:
+        self.service = MemoryService.open(data_dir)
+        self.engine = EngineThread()
+        self.engine.start()
+        self.bridge = PipeBridge(self.engine, build_server(self.service), serve_lines)
+        self.name = endpoint(data_dir)
+        self.bridge.listen(self.name)
+
+    def close(self) -> None:
+        self.engine.stop()
+        self.service.close()
+
+
+@pytest.fixture
+def bridge(tmp_path: Path) -> Iterator[Bridge]:
+    b = Bridge(tmp_path / "data")
+    yield b
+    b.close()
+
+
+def read_line(sock: socket.socket, qtbot: QtBot, buffer: bytearray) -> bytes:
+    """Read one line while the Qt loop keeps running (the bridge lives on it)."""
+    sock.setblocking(False)
+
+    def have_line() -> bool:
+        try:
+            chunk = sock.recv(65536)
+        except BlockingIOError:
+            chunk = None
+        if chunk == b"":
+            buffer.extend(b"<EOF>\n")
+        elif chunk:
+            buffer.extend(chunk)
+        return b"\n" in buffer
+
+    qtbot.waitUntil(have_line, timeout=30_000)
+    line, _, rest = bytes(buffer).partition(b"\n")
+    buffer[:] = rest
+    return line
+
+
+def test_control_messages(bridge: Bridge, qtbot: QtBot) -> None:
+    buffer = bytearray()
+    with (
+        qtbot.waitSignal(bridge.bridge.raiseRequested, timeout=10_000),
+        socket.socket(socket.AF_UNIX) as sock,
+    ):
+        sock.connect(bridge.name)
+        sock.sendall(b'{"convmem_control": "raise"}\n')
+        assert json.loads(read_line(sock, qtbot, buffer)) == {"convmem_control": "ok"}
+    buffer.clear()
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(bridge.name)
+        sock.sendall(b'{"convmem_control": "reboot"}\n')
+        answer = json.loads(read_line(sock, qtbot, buffer))
+    assert answer["convmem_control"] == "error"
+    assert bridge.bridge.host_count == 0  # control connections are not hosts
+
+
+def test_quit_lets_a_half_sent_request_finish_and_refuses_later_ones(
+    bridge: Bridge, qtbot: QtBot
+) -> None:
+    buffer = bytearray()
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(bridge.name)
+        sock.sendall(INITIALIZE)
+        assert json.loads(read_line(sock, qtbot, buffer))["id"] == 1
+        sock.sendall(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        request = write(2, "sent in two halves")
+        sock.sendall(request[:20])
+        qtbot.wait(300)  # let the bridge hand the half line to the engine
+        with qtbot.waitSignal(bridge.bridge.drained, timeout=30_000):
+            bridge.bridge.shutdown(grace=10.0)
+            qtbot.wait(100)
+            sock.sendall(request[20:] + write(3, "too late"))
+            replies = [json.loads(read_line(sock, qtbot, buffer)) for _ in range(2)]
+        by_id = {reply["id"]: reply for reply in replies}
+        assert by_id[3]["error"]["code"] == SHUTTING_DOWN_CODE
+        written = json.loads(by_id[2]["result"]["content"][0]["text"])
+        assert written["status"] == "OK"
+        assert read_line(sock, qtbot, buffer) == b"<EOF>"  # then the app closes the pipe
+    history = bridge.service.read_messages(session_id="bridge")["history"]
+    assert [m["content"] for m in history] == ["sent in two halves"]
+    assert not Path(bridge.name).exists()
