@@ -39,7 +39,7 @@ from convmem_engine.service.accounting import (
     dict_table_bytes,
     session_ids_bytes,
 )
-from convmem_engine.service.budget import Budget
+from convmem_engine.service.budget import Budget, message_bound
 from convmem_engine.service.events import ChangeEvent, EventHub
 from convmem_engine.service.ids import UlidSource, utc_millis
 from convmem_engine.service.rwlock import RWLock
@@ -494,6 +494,7 @@ class MemoryService:
                 item["relation_count"] = len(
                     msg.metadata.relations
                 ) + self._relations.incoming_count(msg.message_id)
+                bound = message_bound(msg) + 256  # + score fields
                 if ctx > 0:
                     before_ids, after_ids = self._history.neighbours(
                         msg.session_id, msg.message_id, ctx, ctx
@@ -502,7 +503,9 @@ class MemoryService:
                         "before": [messages[i].to_json() for i in before_ids],
                         "after": [messages[i].to_json() for i in after_ids],
                     }
-                if not budget.take(item):
+                    bound += 64 + sum(message_bound(messages[i]) + 1 for i in before_ids)
+                    bound += sum(message_bound(messages[i]) + 1 for i in after_ids)
+                if not budget.take(item, bound):
                     break
                 results.append(item)
         return {"results": results}

@@ -15,7 +15,7 @@ from convmem_engine.domain.message import Message
 from convmem_engine.index.history_index import HistoryIndex
 from convmem_engine.index.relation_index import RelationIndex
 from convmem_engine.service import cursors
-from convmem_engine.service.budget import Budget, json_bytes
+from convmem_engine.service.budget import Budget, json_bytes, message_bound, text_bound
 
 _CURSOR_RESERVE: Final = len(',"nextCursor":""') + cursors.CURSOR_MAX_CHARS
 
@@ -42,8 +42,9 @@ def history(state: ReadState, session_id: str, limit: int, cursor: str | None) -
     budget = Budget(len('{"history":[]}') + _CURSOR_RESERVE, state.budget)
     items: list[dict[str, Any]] = []
     for mid in ids:
-        item = state.messages[mid].to_json()
-        if not budget.take(item):
+        msg = state.messages[mid]
+        item = msg.to_json()
+        if not budget.take(item, message_bound(msg)):
             more = True
             break
         items.append(item)
@@ -151,8 +152,9 @@ def context(
             order.append((taken_after, after_ids[i]))
     count = 1
     for target_list, mid in order:
-        item = state.messages[mid].to_json()
-        if count >= cap or not budget.take(item):
+        neighbour = state.messages[mid]
+        item = neighbour.to_json()
+        if count >= cap or not budget.take(item, message_bound(neighbour)):
             truncated = True
             break
         target_list.append(item)
@@ -182,6 +184,7 @@ def context(
                 visited.add(other)
                 target = state.messages.get(other)
                 entry: dict[str, Any]
+                bound = 256
                 if target is None:
                     entry = {
                         "type": rel_type,
@@ -197,7 +200,8 @@ def context(
                         "depth": depth,
                         "message": target.to_json(),
                     }
-                if count >= cap or not budget.take(entry):
+                    bound += message_bound(target)
+                if count >= cap or not budget.take(entry, bound):
                     truncated = True
                     break
                 relations.append(entry)
@@ -254,7 +258,8 @@ def sessions(state: ReadState, limit: int, cursor: str | None) -> dict[str, Any]
     last_key = ""
     for sid in session_ids:
         item = session_entry(state, sid)
-        if not budget.take(item):
+        bound = text_bound(sid) + text_bound(str(item["representative_summary"])) + 512
+        if not budget.take(item, bound):
             more = True
             break
         items.append(item)
