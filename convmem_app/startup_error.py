@@ -52,7 +52,7 @@ def describe(error: BaseException, data_dir: Path) -> StartupProblem:
         return StartupProblem(
             "IO_ERROR",
             "The data folder cannot be read or written",
-            f"{error.strerror or type(error).__name__}"
+            (error.strerror or str(error) or type(error).__name__)
             + (f": {error.filename}" if error.filename else ""),
             f"Check free disk space and the permissions of {data_dir}, then click Retry.",
         )
