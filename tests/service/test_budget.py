@@ -10,7 +10,7 @@ from convmem_engine.domain import Message, Metadata, Relation
 from convmem_engine.service.budget import Budget, json_bytes, message_bound, text_bound
 
 ULID = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
-any_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=60)
+any_text = st.text(st.characters(exclude_categories=["Cs"]), max_size=60)
 
 
 @st.composite
