@@ -15,6 +15,7 @@ Usage: python bench/bench_gui.py [--dir DIR] [--messages N]   (offscreen unless 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import shutil
 import statistics
@@ -50,19 +51,44 @@ class Heartbeat:
         self.timer.setInterval(5)
         self.timer.timeout.connect(self._tick)
         self.gaps: list[float] = []
+        self.at: list[float] = []  # when each gap ended, seconds after start()
         self._last = 0.0
+        self._t0 = 0.0
+        self.gc_pauses: list[tuple[float, float]] = []  # (start s, duration ms), generation 2
+        self._gc_start = 0.0
+        self.active = False
+        gc.callbacks.append(self._gc)
+
+    def _gc(self, phase: str, info: dict[str, int]) -> None:
+        if info.get("generation") != 2 or not self.active:
+            return
+        now = time.perf_counter()
+        if phase == "start":
+            self._gc_start = now
+        else:
+            self.gc_pauses.append((self._gc_start - self._t0, (now - self._gc_start) * 1000))
 
     def start(self) -> None:
         self.gaps = []
-        self._last = time.perf_counter()
+        self.at = []
+        self.gc_pauses = []
+        self._last = self._t0 = time.perf_counter()
+        self.active = True
         self.timer.start()
 
     def _tick(self) -> None:
         now = time.perf_counter()
         self.gaps.append(now - self._last)
+        self.at.append(now - self._t0)
         self._last = now
 
+    def worst(self) -> str:
+        i = max(range(len(self.gaps)), key=self.gaps.__getitem__)
+        gcs = ", ".join(f"{d:.0f} ms at {t:.2f} s" for t, d in self.gc_pauses) or "none"
+        return f"worst gap ends at {self.at[i]:.2f} s; gen-2 collections: {gcs}"
+
     def stop(self) -> float:
+        self.active = False
         self.timer.stop()
         self._tick()
         return max(self.gaps) * 1000 if self.gaps else 0.0
@@ -160,6 +186,7 @@ def main() -> None:
             settle(20)
         worker.join()
         bare_stall = beat.stop()
+        print("bare rebuild:", beat.worst(), flush=True)
         rows.append(
             (
                 "peer: longest stall, same rebuild, bare event loop",
@@ -239,6 +266,7 @@ def main() -> None:
         rebuild_s = time.perf_counter() - t
         settle(1500)  # the health refresh and the sessions refresh the rebuild event triggers
         stall = beat.stop()
+        print(f"browser rebuild (finished at {rebuild_s:.2f} s):", beat.worst(), flush=True)
         rows.append(
             (
                 f"rebuild_index from the browser ({result[0]['messages_indexed']:,} messages)",
