@@ -455,3 +455,34 @@ def test_sessions_budget(small: MemoryService) -> None:
     assert len(result_json(out).encode()) <= SMALL_BUDGET
     pages = all_pages(svc, view="sessions", limit=1000)
     assert [s["session_id"] for p in pages for s in p] == [f"big{i}" for i in range(10)]
+
+
+def test_history_default_limit_is_100(svc: MemoryService) -> None:
+    ids = [write(svc, f"m{i}") for i in range(101)]
+    out = svc.read_messages(session_id="s1")
+    assert len(out["history"]) == limits.READ_LIMIT_DEFAULT == 100 and "nextCursor" in out
+    rest = svc.read_messages(session_id="s1", cursor=out["nextCursor"])
+    assert [m["message_id"] for m in rest["history"]] == ids[100:] and "nextCursor" not in rest
+
+
+def test_contract_defaults_passed_explicitly(svc: MemoryService) -> None:
+    mid = write(svc)
+    defaults: dict[str, Any] = dict(
+        limit=100,
+        cursor=None,
+        content_offset=0,
+        content_limit=4096,
+        expected_revision=None,
+        before=1,
+        after=1,
+        relation_depth=1,
+        relation_types_json=None,
+    )
+    assert svc.read_messages(view="history", session_id="s1", **defaults) == svc.read_messages(
+        session_id="s1"
+    )
+    for view in ("content", "context"):
+        assert svc.read_messages(view=view, message_id=mid, **defaults) == svc.read_messages(
+            view=view, message_id=mid
+        )
+    assert svc.read_messages(view="sessions", **defaults) == svc.read_messages(view="sessions")
