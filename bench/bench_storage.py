@@ -17,6 +17,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -97,6 +98,51 @@ def raw_append_fsync(path: str, records: list[bytes]) -> float:
         os.close(fd)
 
 
+def interleaved_single(
+    raw_path: str, records: list[bytes], store: Store, msgs: list[Message], block: int = 50
+) -> tuple[float, float]:
+    """Raw append+fsync and Store.put, alternating blocks of `block` writes so that both see
+    the same disk weather (this disk is shared). Returns (raw writes/s, store writes/s)."""
+    fd = os.open(raw_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    raw_t = store_t = 0.0
+    try:
+        for i in range(0, min(len(records), len(msgs)), block):
+            t = time.perf_counter()
+            for r in records[i : i + block]:
+                os.write(fd, r)
+                os.fsync(fd)
+            t2 = time.perf_counter()
+            for m in msgs[i : i + block]:
+                store.put(m)
+            t3 = time.perf_counter()
+            raw_t += t2 - t
+            store_t += t3 - t2
+    finally:
+        os.close(fd)
+    return len(records) / raw_t, len(msgs) / store_t
+
+
+def raw_append_fsync_threads(path: str, records: list[bytes], threads: int) -> float:
+    """The same without any group commit: every thread fsyncs after each of its appends."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+    def run(chunk: list[bytes]) -> None:
+        for r in chunk:
+            os.write(fd, r)
+            os.fsync(fd)
+
+    ts = [threading.Thread(target=run, args=(records[i::threads],)) for i in range(threads)]
+    try:
+        t0 = time.perf_counter()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        return len(records) / (time.perf_counter() - t0)
+    finally:
+        os.close(fd)
+
+
 def durable_puts(store: Store, msgs: list[Message], threads: int) -> float:
     chunks = [msgs[i::threads] for i in range(threads)]
     barrier = threading.Barrier(threads + 1)
@@ -147,10 +193,28 @@ def measure_open(data_dir: str) -> dict[str, float]:
     return result
 
 
+def measure_open_median(data_dir: str, rounds: int, *, drop_snapshot: bool) -> dict[str, float]:
+    """Median open time of `rounds` child processes; the highest peak RSS among them."""
+    runs = []
+    for _ in range(rounds):
+        if drop_snapshot:
+            os.unlink(os.path.join(data_dir, "snapshot.bin"))
+        runs.append(measure_open(data_dir))
+    out = dict(runs[0])
+    out["open_s"] = statistics.median(r["open_s"] for r in runs)
+    out["close_s"] = statistics.median(r["close_s"] for r in runs)
+    out["rss_mb"] = max(r["rss_mb"] for r in runs)
+    out["rss_after_mb"] = max(r["rss_after_mb"] for r in runs)
+    out["open_min_s"] = min(r["open_s"] for r in runs)
+    out["open_max_s"] = max(r["open_s"] for r in runs)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", default=None, help="where to create the data dir (default: /tmp)")
-    ap.add_argument("--writes", type=int, default=2000, help="durable writes per measurement")
+    ap.add_argument("--writes", type=int, default=1000, help="durable writes per measurement")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the write measurements")
     ap.add_argument("--child-open", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child_open:
@@ -164,43 +228,54 @@ def main() -> None:
     rows: list[tuple[str, str]] = []
     try:
         n = args.writes
-        # -- durable writes vs raw append+fsync ------------------------------------------
-        msgs = make_messages(corpus, 0, 3 * n)
-        raw_records = [encode_record(PUT, i + 1, encode_message(m)) for i, m in enumerate(msgs[:n])]
-        raw = raw_append_fsync(os.path.join(root, "raw.log"), raw_records)
-        wdir = os.path.join(root, "writes")
-        store = Store.open(wdir)
-        one = durable_puts(store, msgs[:n], 1)
-        flushes0 = store.stats().io.flush_calls
-        eight = durable_puts(store, msgs[n : 3 * n], 8)
-        flushes8 = store.stats().io.flush_calls - flushes0
-        store.close()
-        raw8 = 0.0
-        # raw append+fsync with 8 threads on one descriptor, no group commit (each its own fsync)
-        fd = os.open(os.path.join(root, "raw8.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-        recs8 = [encode_record(PUT, i + 1, encode_message(m)) for i, m in enumerate(msgs[n:])]
+        # -- durable writes vs raw append+fsync, interleaved rounds, median of each --------
+        rounds = args.rounds
+        msgs = make_messages(corpus, 0, rounds * 4 * n)
+        raw1s, raw8s, ones, eights, per_fsync = [], [], [], [], []
+        for r in range(rounds):
+            chunk = msgs[r * 4 * n : (r + 1) * 4 * n]
+            recs = [encode_record(PUT, i + 1, encode_message(m)) for i, m in enumerate(chunk)]
+            store = Store.open(os.path.join(root, f"writes{r}"))
+            raw_rate, one_rate = interleaved_single(
+                os.path.join(root, f"raw{r}.log"), recs[:n], store, chunk[n : 2 * n]
+            )
+            raw1s.append(raw_rate)
+            ones.append(one_rate)
+            flushes0 = store.stats().io.flush_calls
+            eights.append(durable_puts(store, chunk[2 * n : 4 * n], 8))
+            per_fsync.append(2 * n / max(store.stats().io.flush_calls - flushes0, 1))
+            store.close()
+            raw8s.append(raw_append_fsync_threads(os.path.join(root, f"raw8{r}.log"), recs[n:], 8))
+        raw, raw8 = statistics.median(raw1s), statistics.median(raw8s)
+        one, eight = statistics.median(ones), statistics.median(eights)
 
-        def raw_run(chunk: list[bytes]) -> None:
-            for r in chunk:
-                os.write(fd, r)
-                os.fsync(fd)
+        def spread(xs: list[float]) -> str:
+            return f"[{min(xs):,.0f}..{max(xs):,.0f}]"
 
-        ts = [threading.Thread(target=raw_run, args=(recs8[i::8],)) for i in range(8)]
-        t0 = time.perf_counter()
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        raw8 = len(recs8) / (time.perf_counter() - t0)
-        os.close(fd)
-        rows.append(("raw append+fsync, 1 thread (floor)", f"{raw:,.0f} writes/s"))
-        rows.append(("raw append+fsync, 8 threads", f"{raw8:,.0f} writes/s"))
-        rows.append(("Store.put durable, 1 writer", f"{one:,.0f} writes/s ({one / raw:.2f}x raw)"))
+        rows.append(
+            (
+                f"raw append+fsync, 1 thread (floor), median of {rounds}",
+                f"{raw:,.0f} writes/s {spread(raw1s)}",
+            )
+        )
+        rows.append(
+            (
+                "raw append+fsync, 8 threads (own fsync each)",
+                f"{raw8:,.0f} writes/s {spread(raw8s)}",
+            )
+        )
+        rows.append(
+            (
+                "Store.put durable, 1 writer",
+                f"{one:,.0f} writes/s {spread(ones)} ({one / raw:.2f}x raw 1 thread)",
+            )
+        )
         rows.append(
             (
                 "Store.put durable, 8 writers",
-                f"{eight:,.0f} writes/s ({eight / raw:.2f}x raw; "
-                f"{2 * n / max(flushes8, 1):.1f} records per fsync)",
+                f"{eight:,.0f} writes/s {spread(eights)} ({eight / raw:.2f}x raw 1 thread, "
+                f"{eight / raw8:.2f}x raw 8 threads; "
+                f"{statistics.median(per_fsync):.1f} records per fsync)",
             )
         )
 
@@ -254,20 +329,21 @@ def main() -> None:
         rows.append(("snapshot.bin size", f"{snap_size / 1e6:.1f} MB"))
         rows.append(("bench process peak RSS", f"{peak_rss_mb():.0f} MB (holds the corpus twice)"))
 
-        o1 = measure_open(cdir)
+        o1 = measure_open_median(cdir, rounds, drop_snapshot=False)
         rows.append(
             (
-                f"open, valid snapshot ({o1['messages']:,} msgs), child process",
-                f"{o1['open_s']:.2f} s, peak RSS {o1['rss_mb']:.0f} MB, "
+                f"open, valid snapshot ({o1['messages']:,} msgs), median of {rounds}",
+                f"{o1['open_s']:.2f} s [{o1['open_min_s']:.2f}..{o1['open_max_s']:.2f}], "
+                f"peak RSS {o1['rss_mb']:.0f} MB, "
                 f"RSS after open {o1['rss_after_mb']:.0f} MB",
             )
         )
-        os.unlink(os.path.join(cdir, "snapshot.bin"))
-        o2 = measure_open(cdir)
+        o2 = measure_open_median(cdir, rounds, drop_snapshot=True)
         rows.append(
             (
-                "open, full log replay, child process",
-                f"{o2['open_s']:.2f} s, peak RSS {o2['rss_mb']:.0f} MB, "
+                f"open, full log replay, median of {rounds}",
+                f"{o2['open_s']:.2f} s [{o2['open_min_s']:.2f}..{o2['open_max_s']:.2f}], "
+                f"peak RSS {o2['rss_mb']:.0f} MB, "
                 f"RSS after open {o2['rss_after_mb']:.0f} MB "
                 f"(close writes the snapshot: {o2['close_s']:.2f} s)",
             )
