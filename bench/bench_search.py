@@ -1,0 +1,286 @@
+"""Search benchmark on the real corpus (chitchat-dataset, 258,145 messages).
+
+Builds `SearchIndex` over every message and, in the same process, an SQLite FTS5 table with the
+trigram tokenizer over the same texts, then runs one fixed query set on both (top 20):
+
+- ours: `SearchIndex.search(query, messages, limit=20)` (verified, ranked, score breakdown);
+- FTS5: words of 3+ characters as `MATCH '"w1" AND "w2"' ORDER BY rank LIMIT 20` (the same
+  candidate set as our all-words rule; bm25 ranking); queries with a word shorter than 3
+  characters use `content LIKE '%query%' LIMIT 20` (FTS5 trigram cannot MATCH them; no ranking).
+
+Scenarios: "default" (every message importance 50, timestamps in creation order, as written by
+the service), "mixed importance" (1% of messages importance 90), and "session-scoped" (frequent
+words restricted to one conversation: `accept=` for us, `AND session = ?` for FTS5).
+
+Prints build time, memory, and per-query-class median/p95 latency with the ratio ours/FTS5.
+
+Usage: python bench/bench_search.py [--repeat N] [--tracemalloc] [--markdown]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import random
+import re
+import sqlite3
+import statistics
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from corpus import load_corpus
+from ulid import ULID
+
+from convmem_engine.domain import Message, Metadata
+from convmem_engine.index.search_index import SearchIndex
+
+LIMIT = 20
+QUERIES: dict[str, list[str]] = {
+    "frequent word": ["the", "you", "like", "good", "What"],
+    "medium word": ["movie", "music", "weekend", "coffee", "Netflix"],
+    "rare word": ["saxophone", "kangaroo", "origami", "lasagna", "telescope"],
+    "phrase": [
+        "how are you",
+        "i don't know",
+        "video games",
+        "what do you do for fun",
+        "have a great day",
+    ],
+    "words apart": ["movie weekend", "coffee morning", "dog park", "pizza friday", "book summer"],
+    "2 characters": ["ok", "hi", "lo", "zz", "設計"],
+}
+
+
+def current_rss() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def make_messages(importance_share: float) -> dict[str, Message]:
+    rng = random.Random(7)
+    base = 1_700_000_000_000
+    out: dict[str, Message] = {}
+    for i, (session, role, text) in enumerate(load_corpus()):
+        ts = base + i * 1000
+        imp = 90 if rng.random() < importance_share else 50
+        mid = str(ULID.from_timestamp(ts / 1000))
+        meta = Metadata(importance=imp) if imp != 50 else Metadata()
+        out[mid] = Message(mid, session, ts, role, text, metadata=meta)
+    return out
+
+
+def build_ours(messages: dict[str, Message]) -> tuple[SearchIndex, float, float, int]:
+    gc.collect()
+    rss0 = current_rss()
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    idx = SearchIndex()
+    for m in messages.values():
+        idx.add(m)
+    return idx, time.perf_counter() - t0, time.process_time() - c0, current_rss() - rss0
+
+
+def build_fts(
+    messages: dict[str, Message],
+) -> tuple[sqlite3.Connection, list[str], float, float, int]:
+    gc.collect()
+    rss0 = current_rss()
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE VIRTUAL TABLE t USING fts5(content, session UNINDEXED, tokenize='trigram')")
+    rowids: list[str] = []
+    with db:
+        db.executemany(
+            "INSERT INTO t(rowid, content, session) VALUES (?, ?, ?)",
+            ((i + 1, m.content, m.session_id) for i, m in enumerate(messages.values())),
+        )
+    rowids = list(messages)
+    return db, rowids, time.perf_counter() - t0, time.process_time() - c0, current_rss() - rss0
+
+
+def fts_sql(query: str, session: str | None) -> tuple[str, tuple[str, ...]]:
+    words = [w for w in re.split(r"[\s,.!?]+", query) if w]
+    scope = " AND session = ?" if session is not None else ""
+    extra: tuple[str, ...] = (session,) if session is not None else ()
+    if all(len(w) >= 3 for w in words):
+        match = " AND ".join('"' + w.replace('"', '""') + '"' for w in words)
+        return f"SELECT rowid FROM t WHERE t MATCH ?{scope} ORDER BY rank LIMIT {LIMIT}", (
+            match,
+            *extra,
+        )
+    pattern = "%" + query.replace("%", "").replace("_", "") + "%"
+    return f"SELECT rowid FROM t WHERE content LIKE ?{scope} LIMIT {LIMIT}", (pattern, *extra)
+
+
+def timed(fn: Callable[[], int], repeat: int) -> tuple[list[float], int]:
+    times = []
+    n = 0
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        n = fn()
+        times.append(time.perf_counter() - t0)
+    return times, n
+
+
+def p95(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(0.95 * (len(xs) - 1)))]
+
+
+def ms(x: float) -> str:
+    return f"{x * 1000:.2f} ms"
+
+
+def run_queries(
+    idx: SearchIndex,
+    messages: dict[str, Message],
+    db: sqlite3.Connection,
+    queries: dict[str, list[str]],
+    repeat: int,
+    session: str | None = None,
+) -> list[tuple[str, list[float], list[float], str]]:
+    def accept(m: Message) -> bool:
+        return m.session_id == session
+
+    rows = []
+    all_ours: list[float] = []
+    all_fts: list[float] = []
+    for cls, qs in queries.items():
+        ours_t: list[float] = []
+        fts_t: list[float] = []
+        counts = []
+        for q in qs:
+            sql, args = fts_sql(q, session)
+
+            def ours(q: str = q) -> int:
+                hits = idx.search(
+                    q, messages, accept=None if session is None else accept, limit=LIMIT
+                )
+                return len(hits)
+
+            def fts(sql: str = sql, args: tuple[str, ...] = args) -> int:
+                return len(db.execute(sql, args).fetchall())
+
+            t, n_ours = timed(ours, repeat)
+            ours_t += t
+            t, n_fts = timed(fts, repeat)
+            fts_t += t
+            counts.append(f"{n_ours}/{n_fts}")
+        rows.append((cls, ours_t, fts_t, " ".join(counts)))
+        all_ours += ours_t
+        all_fts += fts_t
+    rows.append(("all queries", all_ours, all_fts, ""))
+    return rows
+
+
+def print_table(
+    title: str, rows: list[tuple[str, list[float], list[float], str]], md: bool
+) -> None:
+    print(f"\n{title}")
+    head = (
+        "query class",
+        "ours median",
+        "ours p95",
+        "FTS5 median",
+        "FTS5 p95",
+        "median ratio",
+        "hits ours/FTS5",
+    )
+    if md:
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+    else:
+        print("  ".join(h.ljust(14) for h in head))
+    for cls, ours, fts, counts in rows:
+        mo, mf = statistics.median(ours), statistics.median(fts)
+        cells = (cls, ms(mo), ms(p95(ours)), ms(mf), ms(p95(fts)), f"{mo / mf:.2f}", counts)
+        if md:
+            print("| " + " | ".join(cells) + " |")
+        else:
+            print("  ".join(c.ljust(14) for c in cells))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=7, help="runs of each query (default 7)")
+    ap.add_argument("--tracemalloc", action="store_true", help="also trace a second build")
+    ap.add_argument("--markdown", action="store_true", help="print tables as Markdown")
+    args = ap.parse_args()
+    md = args.markdown
+
+    t0 = time.perf_counter()
+    messages = make_messages(0.0)
+    print(
+        f"corpus: {len(messages)} messages, {sum(len(m.content) for m in messages.values())} "
+        f"code points, loaded in {time.perf_counter() - t0:.1f} s; RSS {current_rss() / 1e6:.0f} MB"
+    )
+
+    idx, ours_build, ours_cpu, ours_rss = build_ours(messages)
+    db, _rowids, fts_build, fts_cpu, fts_rss = build_fts(messages)
+    print(
+        f"build: ours {ours_build:.1f} s ({ours_cpu:.1f} s CPU), "
+        f"FTS5 trigram {fts_build:.1f} s ({fts_cpu:.1f} s CPU); "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
+    print(
+        f"memory: ours RSS delta {ours_rss / 1e6:.0f} MB, "
+        f"memory_bytes() {idx.memory_bytes() / 1e6:.0f} MB; "
+        f"FTS5 (in-memory db) RSS delta {fts_rss / 1e6:.0f} MB"
+    )
+    if args.tracemalloc:
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        traced = SearchIndex()
+        for m in messages.values():
+            traced.add(m)
+        print(
+            f"memory: ours tracemalloc {(tracemalloc.get_traced_memory()[0] - base) / 1e6:.0f} MB"
+        )
+        tracemalloc.stop()
+        del traced
+    print(f"process RSS now {current_rss() / 1e6:.0f} MB")
+
+    print_table(
+        f"default (top {LIMIT}, {args.repeat} runs per query)",
+        run_queries(idx, messages, db, QUERIES, args.repeat),
+        md,
+    )
+
+    # One long conversation in the middle of the corpus for the session-scoped runs.
+    sessions: dict[str, int] = {}
+    for m in messages.values():
+        sessions[m.session_id] = sessions.get(m.session_id, 0) + 1
+    names = list(sessions)
+    session = max(names[len(names) // 2 : len(names) // 2 + 50], key=sessions.__getitem__)
+    scoped = {"frequent word": QUERIES["frequent word"], "medium word": QUERIES["medium word"]}
+    print_table(
+        f"session-scoped ({sessions[session]} messages in the session)",
+        run_queries(idx, messages, db, scoped, args.repeat, session),
+        md,
+    )
+
+    del idx
+    mixed = make_messages(0.01)
+    idx, _, _, _ = build_ours(mixed)
+    print_table(
+        "mixed importance (1% of messages at 90)",
+        run_queries(idx, mixed, db, QUERIES, args.repeat),
+        md,
+    )
+
+
+if __name__ == "__main__":
+    main()
