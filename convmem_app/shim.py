@@ -193,11 +193,19 @@ def spawn_app(data_dir: Path) -> Any:
     import subprocess
 
     command = app_command(data_dir)
+    env = dict(os.environ)
+    if not getattr(sys, "frozen", False):
+        # The app runs from the home folder (it must not keep the host's working folder busy),
+        # so make sure it finds this very package however we were started.
+        package_root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     options: dict[str, Any] = {
         "stdin": subprocess.DEVNULL,
         "stdout": subprocess.DEVNULL,
         "stderr": subprocess.DEVNULL,
         "close_fds": True,
+        "cwd": _home(),
+        "env": env,
     }
     try:
         if IS_WINDOWS:
@@ -213,6 +221,13 @@ def spawn_app(data_dir: Path) -> Any:
         return subprocess.Popen(command, start_new_session=True, **options)
     except OSError as exc:
         raise ShimError(f"cannot start the ConvMem app ({command[0]}): {exc.strerror}") from exc
+
+
+def _home() -> str | None:
+    try:
+        return str(Path.home())
+    except (RuntimeError, KeyError):
+        return None
 
 
 @contextmanager
