@@ -175,7 +175,7 @@ class FaultFS(FileSystem):
         return f
 
 
-def dir_bytes(path: str) -> bytes:
+def dir_bytes(path: str | os.PathLike[str]) -> bytes:
     """Every byte of every file in the data dir (for "deleted content exists nowhere")."""
     out = []
     for name in sorted(os.listdir(path)):

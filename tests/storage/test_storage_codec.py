@@ -99,12 +99,12 @@ def test_header_problems(version: int, rtype: int, flags: int, length: int, expe
     assert (expect in problem) if expect else problem == ""
 
 
-text = st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=200)
+text = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=200)
 
 
 @given(
     content=text,
-    session=st.text(alphabet=st.characters(exclude_categories=("Cs",)), min_size=1, max_size=30),
+    session=st.text(alphabet=st.characters(exclude_categories=["Cs"]), min_size=1, max_size=30),
     tags=st.lists(text, max_size=4),
     summary=st.none() | text,
     importance=st.integers(0, 100),

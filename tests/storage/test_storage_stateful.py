@@ -23,7 +23,7 @@ from storage_helpers import RICH_METADATA
 from convmem_engine.domain import DEFAULT_METADATA, Message, NotFoundError
 from convmem_engine.storage import Store
 
-texts = st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=40)
+texts = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=40)
 
 
 class StoreMachine(RuleBasedStateMachine):
