@@ -281,6 +281,7 @@ def main() -> None:
             )
         )
         b.close()
+        b.shutdown()
         svc.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -284,6 +284,7 @@ def inner(out: Path) -> None:
         shot(b, "maintenance-dark.png")
 
         b.close()
+        b.shutdown()
         svc.close()
 
 

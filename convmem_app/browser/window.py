@@ -404,16 +404,21 @@ class MemoryBrowser(QMainWindow):
         super().showEvent(event)
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        """Closing only hides: stop following the service (showing again catches up). Work in
+        flight (say a rebuild) finishes in the background; nothing here blocks the GUI."""
         self.save_state()
-        self.shutdown()
-        super().closeEvent(event)
-
-    def shutdown(self, timeout_ms: int = 10000) -> None:
-        """Stop following the service and wait for background reads (before service.close())."""
         self.bridge.stop()
         self.detail.cancel_loading()
         self.runner.cancel_all()
-        self.runner.wait(timeout_ms)
+        super().closeEvent(event)
+
+    def shutdown(self, timeout_ms: int = 30000) -> bool:
+        """Stop following the service and wait for background calls to end; call it before
+        `service.close()`. Returns False if they did not end within `timeout_ms`."""
+        self.bridge.stop()
+        self.detail.cancel_loading()
+        self.runner.cancel_all()
+        return self.runner.wait(timeout_ms)
 
     # --- navigation ---
 

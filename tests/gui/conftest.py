@@ -42,4 +42,5 @@ def make_browser(
 
     yield make
     for b in made:
-        b.close()  # saves state, stops following the service, waits for background reads
+        b.close()  # saves state, stops following the service
+        assert b.shutdown()  # background calls end before the service closes

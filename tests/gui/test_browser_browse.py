@@ -193,3 +193,19 @@ def test_jobs_report_on_the_gui_thread(qtbot: Any) -> None:
     assert done.args[0] is not gui  # the work ran on a pool thread
     assert all(t is gui for t in threads)
     runner.wait()
+
+
+def test_closed_window_catches_up_when_shown_again(
+    qtbot: Any, service: MemoryService, make_browser: Any
+) -> None:
+    write(service, "s", "one")
+    b = make_browser()
+    select_session(qtbot, b, "s")
+    b.close()
+    assert not b.bridge.active  # a hidden window does not follow the service
+    write(service, "s", "two")
+    write(service, "new-session", "three")
+    b.show()
+    assert b.bridge.active
+    qtbot.waitUntil(lambda: b.sessions_model.row_of("new-session") >= 0)
+    qtbot.waitUntil(lambda: b.history_model.rowCount() == 2)
