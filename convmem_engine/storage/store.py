@@ -222,7 +222,9 @@ class Store:
             self._fd = fs.open_append(self._log_path)
             if self._recovered_tail:
                 fs.truncate(self._fd, self._log.end)
-                fs.fsync(self._fd)
+            # What we replayed may still be only in the page cache (a killed writer's last,
+            # unacknowledged records): make it durable before anything builds on it.
+            fs.fsync(self._fd)
         except OSError as e:
             raise self._io_error(f"{LOG_NAME}: cannot open for appending", e) from e
         self._synced_seq = self._log.last_seq
@@ -380,7 +382,11 @@ class Store:
 
     @property
     def messages(self) -> Mapping[str, Message]:
-        """Live messages at their latest revision, in creation order. A read-only live view."""
+        """Live messages at their latest revision, in creation order. A read-only live view.
+
+        It changes under write_*/compact (which hold the store's write lock): a caller that
+        iterates while another thread may write must serialise with its writers itself.
+        """
         return self._view
 
     def get(self, message_id: str) -> Message | None:
