@@ -228,7 +228,7 @@ def _score(msg: Message, q: _Query) -> float | None:
 
 def _signature(msg: Message) -> int:
     """Hash of the indexed fields; detects a `remove(old)` whose value is not the indexed one."""
-    h = hash((msg.content, msg.metadata.summary, msg.metadata.tags))
+    h = hash((msg.session_id, msg.content, msg.metadata.summary, msg.metadata.tags))
     return h if h < (1 << 63) else h - (1 << 64)
 
 
@@ -285,6 +285,7 @@ class SearchIndex:
         self._sig = array("q")  # document number -> _signature of the indexed value
         self._imp = array("b")  # document number -> importance (-1: removed)
         self._lanes: dict[int, array[int]] = {}  # importance -> its document numbers
+        self._sessions: dict[str, array[int]] = {}  # session id -> its document numbers
         self._blk_ts = array("q")  # per block of documents: max timestamp ever indexed
 
     # -- mutation ---------------------------------------------------------------------------
@@ -309,6 +310,10 @@ class SearchIndex:
         if lane is None:
             lane = self._lanes[imp] = array("I")
         lane.append(doc)
+        sess = self._sessions.get(msg.session_id)
+        if sess is None:
+            sess = self._sessions[msg.session_id] = array("I")
+        sess.append(doc)
         self._raise_bounds(doc, msg)
         grams, singles = _grams(msg)
         post = self._post
@@ -337,6 +342,7 @@ class SearchIndex:
                 self._discard_gram(g, doc)
             for ch in singles:
                 self._discard_single(ch, doc)
+            self._leave_session(msg.session_id, doc)
         else:
             self._sweep(doc)
         self._ids[doc] = None
@@ -360,10 +366,19 @@ class SearchIndex:
                 self._discard_single(ch, doc)
             added = new_grams - old_grams
             added_singles = set(new_singles) - set(old_singles)
+            moved = old.session_id != new.session_id
+            if moved:
+                self._leave_session(old.session_id, doc)
         else:
             self._sweep(doc)
             added = new_grams
             added_singles = set(new_singles)
+            moved = True
+        if moved:
+            sess = self._sessions.get(new.session_id)
+            if sess is None:
+                sess = self._sessions[new.session_id] = array("I")
+            insort(sess, doc)
         post = self._post
         for g in added:
             p = post[g]
@@ -388,6 +403,11 @@ class SearchIndex:
 
     def clear(self) -> None:
         self._reset()
+
+    def _leave_session(self, session_id: str, doc: int) -> None:
+        sess = self._sessions.get(session_id)
+        if sess is not None and _discard(sess, doc) and not sess:
+            del self._sessions[session_id]
 
     def _leave_lane(self, doc: int) -> None:
         imp = self._imp[doc]
@@ -433,6 +453,8 @@ class SearchIndex:
             self._discard_gram(g, doc)
         for ch in [c for c, p in self._singles.items() if _contains(p, doc)]:
             self._discard_single(ch, doc)
+        for sid in [k for k, p in self._sessions.items() if _contains(p, doc)]:
+            self._leave_session(sid, doc)
 
     # -- search -----------------------------------------------------------------------------
 
@@ -443,25 +465,41 @@ class SearchIndex:
         *,
         accept: Callable[[Message], bool] | None = None,
         limit: int,
+        session_id: str | None = None,
+        min_importance: int = 0,
     ) -> list[SearchHit]:
         """The best `limit` matches, best first: score desc, importance desc, timestamp desc,
-        message_id desc. Texts are read from `messages` (verification); nothing is mutated."""
+        message_id desc. Texts are read from `messages` (verification); nothing is mutated.
+
+        `session_id` and `min_importance` restrict the search like an `accept` would, but use
+        the index's per-session and per-importance lists, so they also cut the work."""
         if limit < 1:
             raise ValueError("limit must be at least 1")
         if not query:
             return []
+        scope: array[int] | None = None
+        if session_id is not None:
+            scope = self._sessions.get(session_id)
+            if scope is None:
+                return []
         q = _Query(query)
         heap: list[tuple[float, int, int, str]] = []
-        words_plan = self._plan(q.terms())
+        words_plan = self._plan(q.terms(), scope)
         if q.multi:
             # Pass 1: documents that may hold the whole phrase (best score 1.0). Pass 2: the
             # rest of the all-words candidates, whose score cannot exceed WORDS_FACTOR.
             seen: set[int] = set()
-            phrase_plan = self._plan([q.phrase])
-            if self._run_pass(q, messages, accept, limit, heap, phrase_plan, WHOLE_WORD, seen):
-                self._run_pass(q, messages, accept, limit, heap, words_plan, WORDS_FACTOR, seen)
+            phrase_plan = self._plan([q.phrase], scope)
+            if self._run_pass(
+                q, messages, accept, limit, heap, phrase_plan, WHOLE_WORD, seen, min_importance
+            ):
+                self._run_pass(
+                    q, messages, accept, limit, heap, words_plan, WORDS_FACTOR, seen, min_importance
+                )
         else:
-            self._run_pass(q, messages, accept, limit, heap, words_plan, WHOLE_WORD, None)
+            self._run_pass(
+                q, messages, accept, limit, heap, words_plan, WHOLE_WORD, None, min_importance
+            )
         hits: list[SearchHit] = []
         for score, _imp, _ts, mid in sorted(heap, reverse=True):
             msg = messages[mid]
@@ -487,6 +525,7 @@ class SearchIndex:
         plan: tuple[Sequence[int] | None, list[array[int]]],
         max_score: float,
         seen: set[int] | None,
+        min_importance: int,
     ) -> bool:
         """Score the plan's candidates into `heap` (a min-heap of the best `limit` keys).
 
@@ -505,6 +544,8 @@ class SearchIndex:
         skip = seen if seen is not None and not record else None
         ts_bound: list[int] | None = None
         for level in sorted(lanes, reverse=True):
+            if level < min_importance:
+                break
             if len(heap) == limit and (max_score, level) < heap[0][:2]:
                 return False
             lane = lanes[level]
@@ -549,10 +590,15 @@ class SearchIndex:
                     heapq.heapreplace(heap, key)
         return True
 
-    def _plan(self, terms: list[str]) -> tuple[Sequence[int] | None, list[array[int]]]:
+    def _plan(
+        self, terms: list[str], scope: array[int] | None
+    ) -> tuple[Sequence[int] | None, list[array[int]]]:
         """Ascending candidate document numbers (None: every document), plus posting lists
-        each candidate must also be in, for documents containing every term somewhere."""
+        each candidate must also be in, for documents containing every term somewhere (and in
+        `scope`, a session's documents, when given)."""
         required: dict[int, array[int]] = {}
+        if scope is not None:
+            required[id(scope)] = scope
         singles: list[str] = []
         post = self._post
         for term in terms:
@@ -570,7 +616,7 @@ class SearchIndex:
             lists = sorted(required.values(), key=len)
             if len(lists[0]) > _EAGER_MAX:
                 # Large driver: stay lazy (the early stop usually ends the walk soon).
-                return lists[0], lists[1 : 1 + _FILTERS]
+                return lists[0], self._filters(lists[1:], scope)
             # Small driver: intersect in C while a list is short enough relative to the
             # survivors; longer lists are checked per candidate by bisection.
             survivors = set(lists[0])
@@ -582,7 +628,7 @@ class SearchIndex:
                 survivors.intersection_update(p)
                 if not survivors:
                     return [], []
-            return sorted(survivors), rest[:_FILTERS]
+            return sorted(survivors), self._filters(rest, scope)
         best: list[array[int]] | None = None
         best_size = 0
         for ch in singles:
@@ -599,6 +645,15 @@ class SearchIndex:
                 union.update(p)
             return sorted(union), []
         return None, []
+
+    @staticmethod
+    def _filters(rest: list[array[int]], scope: array[int] | None) -> list[array[int]]:
+        """The first few of `rest` (shortest first), and always the session scope: term lists
+        only save verification work, but the scope is a hard constraint."""
+        out = rest[:_FILTERS]
+        if scope is not None and any(p is scope for p in rest[_FILTERS:]):
+            out.append(scope)
+        return out
 
     # -- accounting -------------------------------------------------------------------------
 
@@ -618,6 +673,8 @@ class SearchIndex:
         size += int_size * sum(1 for d in self._docs.values() if d > 256)
         for arr in (self._sig, self._imp, self._blk_ts):
             size += sys.getsizeof(arr)
+        size += sys.getsizeof(self._sessions)
+        size += sum(sys.getsizeof(p) for p in self._sessions.values())
         size += sys.getsizeof(self._lanes)
         size += sum(sys.getsizeof(lane) for lane in self._lanes.values())
         return size

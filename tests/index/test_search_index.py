@@ -73,12 +73,22 @@ def ref_level(needle: str, hay: str) -> float:
     return best
 
 
-def ref_search(msgs: dict[str, Message], query: str, limit: int) -> list[tuple[str, float]]:
+def ref_search(
+    msgs: dict[str, Message],
+    query: str,
+    limit: int,
+    session_id: str | None = None,
+    min_importance: int = 0,
+) -> list[tuple[str, float]]:
     phrase = ref_fold(query).strip() or ref_fold(query)
     words = ref_words(phrase)
     multi = bool(words) and words != [phrase]
     scored = []
     for m in msgs.values():
+        if session_id is not None and m.session_id != session_id:
+            continue
+        if m.metadata.importance < min_importance:
+            continue
         fields = [
             [ref_fold(m.content)],
             [ref_fold(m.metadata.summary)] if m.metadata.summary else [],
@@ -114,10 +124,11 @@ def msg(
     tags: tuple[str, ...] = (),
     importance: int = 50,
     timestamp: int | None = None,
+    session: str = "s",
 ) -> Message:
     return Message(
         message_id=f"01J{n:023d}",
-        session_id="s",
+        session_id=session,
         timestamp=1_700_000_000_000 + n if timestamp is None else timestamp,
         role="user",
         content=content,
@@ -137,10 +148,18 @@ def ids(hits: list[SearchHit]) -> list[str]:
 
 
 def assert_like_reference(
-    idx: SearchIndex, msgs: dict[str, Message], query: str, limit: int = 1000
+    idx: SearchIndex,
+    msgs: dict[str, Message],
+    query: str,
+    limit: int = 1000,
+    session_id: str | None = None,
+    min_importance: int = 0,
 ) -> None:
-    got = [(h.message_id, h.score) for h in idx.search(query, msgs, limit=limit)]
-    assert got == ref_search(msgs, query, limit), query
+    hits = idx.search(
+        query, msgs, limit=limit, session_id=session_id, min_importance=min_importance
+    )
+    got = [(h.message_id, h.score) for h in hits]
+    assert got == ref_search(msgs, query, limit, session_id, min_importance), query
 
 
 # -- properties -----------------------------------------------------------------------------
@@ -164,7 +183,7 @@ message_specs = st.lists(
 
 def make(specs: list[tuple[str, str | None, tuple[str, ...], int, int]]) -> list[Message]:
     return [
-        msg(i, c, summary=s, tags=t, importance=imp, timestamp=ts)
+        msg(i, c, summary=s, tags=t, importance=imp, timestamp=ts, session=f"s{i * 7 % 3}")
         for i, (c, s, t, imp, ts) in enumerate(specs)
     ]
 
@@ -192,6 +211,9 @@ def test_search_equals_brute_force(data: tuple[list[Message], list[str]], limit:
     for q in queries:
         assert_like_reference(idx, msgs, q)
         assert_like_reference(idx, msgs, q, limit)
+        assert_like_reference(idx, msgs, q, limit, session_id="s1")
+        assert_like_reference(idx, msgs, q, limit, min_importance=2)
+        assert_like_reference(idx, msgs, q, limit, session_id="s2", min_importance=1)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -231,7 +253,7 @@ def test_mutations_equal_brute_force(
         else:
             new = Message(
                 message_id=old.message_id,
-                session_id=old.session_id,
+                session_id=old.session_id if k % 3 else "s9",
                 timestamp=old.timestamp,
                 role=old.role,
                 content=text,
@@ -247,6 +269,8 @@ def test_mutations_equal_brute_force(
     for q in [*queries, *(m.content[:2] for m in msgs.values())]:
         assert_like_reference(idx, msgs, q)
         assert_like_reference(idx, msgs, q, 2)
+        assert_like_reference(idx, msgs, q, 2, session_id="s9")
+        assert_like_reference(idx, msgs, q, 3, session_id="s0", min_importance=1)
 
 
 # -- examples -------------------------------------------------------------------------------
@@ -436,6 +460,7 @@ def test_many_importance_levels_and_a_frequent_term() -> None:
     for q in ("alpha", "a", "al", "delta gamma", "1"):
         for limit in (1, 3, 25):
             assert_like_reference(idx, msgs, q, limit)
+            assert_like_reference(idx, msgs, q, limit, min_importance=77)
 
 
 def test_long_posting_lists_lazy_walk_and_both_passes() -> None:
@@ -455,3 +480,17 @@ def test_long_posting_lists_lazy_walk_and_both_passes() -> None:
     for q in ("the word", "word the", "there tea", "other words", "the", "then there"):
         for limit in (1, 10, 40):
             assert_like_reference(idx, msgs, q, limit)
+        assert_like_reference(idx, msgs, q, 10, min_importance=60)
+
+
+def test_session_scope_uses_the_session_lists() -> None:
+    # A long session list next to long term lists: the scope must hold even when it is not
+    # among the lists checked first.
+    messages = [
+        msg(i, f"the word {i % 10} tea", session=f"s{i % 3}", timestamp=i) for i in range(4000)
+    ]
+    idx, msgs = build(messages)
+    for q in ("the", "word", "tea", "the word", "1", "e", "zzz"):
+        for sid in ("s0", "s2", "nope"):
+            assert_like_reference(idx, msgs, q, 7, session_id=sid)
+    assert idx.search("the", msgs, limit=5, session_id="nope") == []
