@@ -240,11 +240,11 @@ class ConvMemApp(QObject):
             self._finish()
             return
         assert self.engine is not None
+        bridge = PipeBridge(self.engine, server, serve, self)
         try:
-            name = endpoint(self.data_dir)
-            bridge = PipeBridge(self.engine, server, serve, self)
-            bridge.listen(name)
+            bridge.listen(endpoint(self.data_dir))
         except (ListenError, OSError) as exc:
+            bridge.deleteLater()
             service.close()
             self._show_problem(exc)
             return
@@ -438,7 +438,7 @@ class ConvMemApp(QObject):
 
     def quit(self) -> None:
         """Graceful quit; `finished` is emitted when everything is closed."""
-        if self._quitting:
+        if self._quitting or self.state == "stopped":
             return
         self._quitting = True
         self.exit_code = EXIT_STARTUP_FAILED if self.state == "error" else EXIT_OK
