@@ -9,6 +9,7 @@ from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtGui import QCloseEvent, QDesktopServices
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
+from convmem_app.pipe_bridge import ListenError
 from convmem_engine.domain.errors import BusyError, ConvMemError, CorruptStoreError, StoreIOError
 
 
@@ -47,6 +48,14 @@ def describe(error: BaseException, data_dir: Path) -> StartupProblem:
             "The data folder cannot be read or written",
             detail,
             f"Check free disk space and the permissions of {data_dir}, then click Retry.",
+        )
+    if isinstance(error, ListenError):
+        return StartupProblem(
+            "PIPE",
+            "Hosts cannot reach ConvMem",
+            f"The local pipe for hosts could not be opened: {detail}.",
+            "On Linux and macOS the socket path may be too long (about 100 characters at "
+            "most): set XDG_RUNTIME_DIR to a short private folder. Then click Retry.",
         )
     if isinstance(error, OSError):
         return StartupProblem(

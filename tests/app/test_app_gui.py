@@ -258,3 +258,16 @@ def test_quit_while_opening_still_finishes(qtbot: QtBot, make_app: MakeApp) -> N
         app.quit()
     assert app.state == "stopped"
     MemoryService.open(app.data_dir).close()
+
+
+def test_a_pipe_that_cannot_listen_is_reported(
+    qtbot: QtBot, make_app: MakeApp, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    too_long = tmp_path / ("r" * 120)
+    too_long.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(too_long))
+    app = started(qtbot, make_app(), "error")
+    assert app.last_problem_code == "PIPE"
+    assert app.error_window is not None
+    assert "XDG_RUNTIME_DIR" in app.error_window.next_label.text()
+    MemoryService.open(app.data_dir).close()  # the store was closed again: the lock is free
