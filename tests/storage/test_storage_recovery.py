@@ -379,3 +379,17 @@ def test_message_payload_fields_survive(tmp_path: Path) -> None:
     put = log[HEADER_SIZE + length :]
     (plen,) = struct.unpack_from("<I", put, 8)
     assert json.loads(put[HEADER_SIZE : HEADER_SIZE + plen])["content"] == "message number 0"
+
+
+def test_flipping_any_byte_of_the_last_complete_record_is_corrupt_store(tmp_path: Path) -> None:
+    """Our decision (docs/storage-format.md): a full-length final record that fails its checks
+    is damage, not a torn write; a crash only ever leaves a prefix of the last record."""
+    _, offsets = build(tmp_path, 2)
+    (tmp_path / "snapshot.bin").unlink()
+    full = log_bytes(tmp_path)
+    start = offsets[-2]
+    for i in range(start, len(full)):
+        bad = bytearray(full)
+        bad[i] ^= 0x04
+        (tmp_path / "active.log").write_bytes(bytes(bad))
+        assert_corrupt(tmp_path, f"offset {start}")
