@@ -542,6 +542,13 @@ def main(argv: list[str] | None = None) -> int:
         name: str | None = endpoint(data_dir)
     except OSError:
         name = None
+    if sys.platform == "win32":
+        # We were just started by the user, so we may pass the foreground on: lets the running
+        # app bring its window to the front instead of only flashing its taskbar button.
+        import ctypes
+
+        with contextlib.suppress(Exception):
+            ctypes.windll.user32.AllowSetForegroundWindow(-1)  # type: ignore[attr-defined,unused-ignore]
     if name is not None and send_control(name, "raise") is not None:
         print("convmem app: already running for this data dir; raised its window", file=sys.stderr)
         return EXIT_OK
