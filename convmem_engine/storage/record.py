@@ -19,7 +19,9 @@ being mistaken for a torn final record.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import json.scanner
 import struct
 import sys
 import zlib
@@ -82,29 +84,58 @@ def metadata_from_json(data: dict[str, Any]) -> Metadata:
     return Metadata.from_json(data)
 
 
+# Build Message values without the frozen dataclass __init__ (one object.__setattr__ per
+# field): the slot descriptors set the same fields directly, measured ~2x faster on open.
+MESSAGE_FIELDS: Final = tuple(f.name for f in dataclasses.fields(Message))
+assert MESSAGE_FIELDS == (
+    "message_id",
+    "session_id",
+    "timestamp",
+    "role",
+    "content",
+    "revision",
+    "updated_at",
+    "metadata",
+), "the fast Message builders follow Message's field order"
+MESSAGE_SETTERS: Final = tuple(getattr(Message, name).__set__ for name in MESSAGE_FIELDS)
+_S0, _S1, _S2, _S3, _S4, _S5, _S6, _S7 = MESSAGE_SETTERS
+
+# The C scanner behind json.loads, without loads' encoding detection and wrappers.
+_scan_once: Final = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+
+
 def decode_message(payload: bytes) -> Message:
     """Raises ValueError/KeyError/TypeError on a payload that is not a Message."""
-    d = json.loads(payload)
-    if not isinstance(d, dict):
-        raise ValueError("payload is not a JSON object")
-    ts = int(d["timestamp"])
-    updated = int(d["updated_at"])
-    return Message(
-        message_id=_str(d["message_id"]),
-        session_id=sys.intern(_str(d["session_id"])),
-        timestamp=ts,
-        role=sys.intern(_str(d["role"])),
-        content=_str(d["content"]),
-        revision=int(d["revision"]),
-        updated_at=ts if updated == ts else updated,
-        metadata=metadata_from_json(d.get("metadata") or {}),
-    )
-
-
-def _str(v: object) -> str:
-    if not isinstance(v, str):
-        raise TypeError("expected a string")
-    return v
+    text = payload.decode("utf-8")
+    try:
+        d, end = _scan_once(text, 0)
+    except StopIteration as e:
+        raise ValueError("payload is not JSON") from e
+    if end != len(text) or type(d) is not dict:
+        raise ValueError("payload is not one JSON object")
+    mid, sid, role, content = d["message_id"], d["session_id"], d["role"], d["content"]
+    ts, rev, upd = d["timestamp"], d["revision"], d["updated_at"]
+    if not (
+        type(mid) is str
+        and type(sid) is str
+        and type(role) is str
+        and type(content) is str
+        and type(ts) is int
+        and type(rev) is int
+        and type(upd) is int
+    ):
+        raise TypeError("payload field has the wrong type")
+    md = d.get("metadata")
+    m: Message = object.__new__(Message)
+    _S0(m, mid)
+    _S1(m, sys.intern(sid))
+    _S2(m, ts)
+    _S3(m, sys.intern(role))
+    _S4(m, content)
+    _S5(m, rev)
+    _S6(m, ts if upd == ts else upd)  # one int object when equal
+    _S7(m, metadata_from_json(md) if md else DEFAULT_METADATA)
+    return m
 
 
 def encode_generation(generation: int) -> bytes:

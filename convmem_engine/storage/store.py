@@ -282,8 +282,9 @@ class Store:
             self._messages.clear()
             start, prev_seq, crc = 0, None, 0
         scanner = LogScanner(fs, rfd, LOG_NAME, start, prev_seq, crc)
-        for offset, rtype, seq, payload in scanner.records():
-            self._replay(offset, rtype, seq, payload)
+        with snap.gc_paused():
+            for offset, rtype, seq, payload in scanner.records():
+                self._replay(offset, rtype, seq, payload)
         res = scanner.result
         st.end, st.crc, st.records = res.end, res.crc, st.records + res.records
         if res.incomplete_tail:
