@@ -96,9 +96,32 @@ class HistoryIndex:
         self._order_sessions = []
 
     def build(self, messages: Iterable[Message]) -> None:
+        """The index of `messages` (any order); one pass plus a sort per session (linear for
+        the store's creation order, which timsort sees as already sorted)."""
         self.clear()
+        sessions = self._sessions
+        kind_index = _KIND_INDEX
         for msg in messages:
-            self.add(msg)
+            sess = sessions.get(msg.session_id)
+            if sess is None:
+                sess = sessions[msg.session_id] = SessionHistory(msg.session_id)
+            mid = msg.message_id
+            sess.ids.append(mid)
+            md = msg.metadata
+            sess.kind_counts[kind_index[md.memory_kind]] += 1
+            if md.summary is not None:
+                sess.summary_ids.append(mid)
+            if md.memory_kind == "summary":
+                sess.kind_summary_ids.append(mid)
+        order: list[tuple[str, str]] = []
+        for sid, sess in sessions.items():
+            sess.ids.sort()
+            sess.summary_ids.sort()
+            sess.kind_summary_ids.sort()
+            order.append((sess.ids[0], sid))
+        order.sort()
+        self._order_keys = [key for key, _ in order]
+        self._order_sessions = [sid for _, sid in order]
 
     def _unorder(self, first_id: str) -> None:
         i = bisect_left(self._order_keys, first_id)

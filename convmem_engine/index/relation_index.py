@@ -27,7 +27,8 @@ class RelationIndex:
     def build(self, messages: Iterable[Message]) -> None:
         self.clear()
         for msg in messages:
-            self.add(msg)
+            if msg.metadata.relations:
+                self.add(msg)
 
     def add(self, msg: Message) -> None:
         for rel in msg.metadata.relations:

@@ -143,12 +143,9 @@ class MemoryService:
     def _build_indexes(self, *, background: bool) -> None:
         """Caller holds the write lock (or is the constructor)."""
         messages = self._store.messages
-        self._history.clear()
-        self._relations.clear()
         self._accounting = None
-        for msg in messages.values():
-            self._history.add(msg)
-            self._relations.add(msg)
+        self._history.build(messages.values())
+        self._relations.build(messages.values())
         if messages:
             # New ids must sort after every id the store holds, whatever the clock says now.
             self._ids.observe(max(messages))
