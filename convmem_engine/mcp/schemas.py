@@ -25,6 +25,8 @@ ULID_PATTERN: Final = f"^{ULID_RE.pattern}$"
 
 READ_VIEWS: Final = ("history", "content", "context", "sessions")
 
+_BUDGET_MIB: Final = L.RESPONSE_BUDGET_BYTES // L.MIB
+
 INSTRUCTIONS: Final = f"""\
 ConvMem is a durable, local memory for conversations. Everything you write is on disk before the
 call returns and stays until it is deleted; nothing leaves this machine.
@@ -41,9 +43,9 @@ How to use it well:
 - To look around a hit, use read_messages with view "context" (neighbours in its session and its
   relations). Use view "history" to replay one session in order and view "sessions" to see which
   sessions exist. Page with the returned nextCursor until it is absent.
-- Long content: results may be shortened to stay under about {L.RESPONSE_BUDGET_BYTES // L.MIB} MiB.
-  Read one message in pieces with view "content": pass content_offset = next_content_offset and
-  expected_revision = the revision you first saw, until complete is true.
+- Results stop early to stay under about {_BUDGET_MIB} MiB. Read a long message in
+  pieces with view "content": pass content_offset = next_content_offset and expected_revision =
+  the revision you first saw, until complete is true.
 - Correct memories with update_message rather than writing duplicates; pass expected_revision to
   avoid overwriting a change you have not seen (CONFLICT means re-read, then retry). Consolidate:
   write a summary message with source_message_ids and a derived_from relation, then lower the
