@@ -197,25 +197,30 @@ def child_service(data_dir: str, repeat: int) -> None:
     print(json.dumps(out))
 
 
-def bench_writes(n: int) -> tuple[float, float]:
-    corpus = load_corpus()
+def bench_writes(n: int, block: int = 100) -> tuple[float, float]:
+    """Durable single-thread writes, service vs Store.put, interleaved in blocks so both see
+    the same disk weather."""
+    corpus = load_corpus()[:n]
     tmp = tempfile.mkdtemp(prefix="convmem-bench-w-")
     try:
         svc = MemoryService.open(os.path.join(tmp, "svc"))
-        t0 = time.perf_counter()
-        for session, role, content in corpus[:n]:
-            svc.write_message(session_id=session, role=role, content=content)
-        ours = n / (time.perf_counter() - t0)
-        svc.close()
         store = Store.open(os.path.join(tmp, "store"))
         ids = UlidSource()
-        t0 = time.perf_counter()
-        for session, role, content in corpus[:n]:
-            mid, ts = ids.next()
-            store.put(Message(mid, session, ts, role, content, 1, ts))
-        peer = n / (time.perf_counter() - t0)
+        t_svc = t_store = 0.0
+        for start in range(0, n, block):
+            chunk = corpus[start : start + block]
+            t0 = time.perf_counter()
+            for session, role, content in chunk:
+                svc.write_message(session_id=session, role=role, content=content)
+            t_svc += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            for session, role, content in chunk:
+                mid, ts = ids.next()
+                store.put(Message(mid, session, ts, role, content, 1, ts))
+            t_store += time.perf_counter() - t0
+        svc.close()
         store.close()
-        return ours, peer
+        return n / t_svc, n / t_store
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
