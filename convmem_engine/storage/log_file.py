@@ -4,10 +4,12 @@ Classification, from a record's start offset `pos` to the end of the file:
 
 - fewer than HEADER_SIZE bytes left, or a valid header whose payload runs past the end, or
   only zero bytes left (a file extended but never written, as some filesystems leave after
-  power loss): an *incomplete tail*. Nothing after it was ever acknowledged, because a record
-  is acknowledged only after everything before it is fsynced.
+  power loss), or a last record whose payload fails its CRC and ends in a zero byte (the same,
+  inside the record; our payloads never end in NUL): an *incomplete tail*. Nothing after it
+  was ever acknowledged, because a record is acknowledged only after everything before it is
+  fsynced.
 - a header with a wrong magic or header CRC that is not all zeros to the end, a known-bad
-  version/type/flags/length, a payload CRC mismatch of a complete record (the last one too),
+  version/type/flags/length, any other payload CRC mismatch (the last record's too),
   or a sequence that is not exactly previous + 1: *corruption* (`CorruptStoreError` naming the
   file and offset). The scanner never modifies the file.
 """
@@ -115,6 +117,11 @@ class LogScanner:
                     break
             payload = buf[pos + HEADER_SIZE : pos + need]
             if crc32(payload) != pcrc:
+                if offset + need == size and payload[-1] == 0:
+                    # The last record, zero-filled at its end: data pages never written before
+                    # a power loss (a payload we write never ends in a NUL byte).
+                    self.result.incomplete_tail = True
+                    break
                 raise self._corrupt(offset, "payload CRC mismatch")
             prev = seq
             res = self.result

@@ -115,6 +115,7 @@ def _canonical(msg: Message) -> Message:
 
 
 def _payload_of(msg: Message) -> bytes:
+    _check_id(msg.message_id)
     try:
         payload = encode_message(msg)
     except UnicodeEncodeError as e:
@@ -124,6 +125,12 @@ def _payload_of(msg: Message) -> bytes:
     if len(payload) > MAX_PAYLOAD:
         raise ValidationError(f"message: encoded record must be at most {MAX_PAYLOAD} bytes")
     return payload
+
+
+def _check_id(message_id: str) -> None:
+    # A DEL payload is the id: it must not end in NUL, which recovery reads as zero fill.
+    if not message_id or message_id.endswith("\0"):
+        raise ValidationError("message_id: must be non-empty and not end in a NUL character")
 
 
 def _new_generation(old: int = 0) -> int:
@@ -465,6 +472,7 @@ class Store:
             return seq
 
     def write_delete(self, message_id: str) -> int:
+        _check_id(message_id)
         try:
             payload = message_id.encode("utf-8")
         except UnicodeEncodeError as e:

@@ -393,3 +393,24 @@ def test_flipping_any_byte_of_the_last_complete_record_is_corrupt_store(tmp_path
         bad[i] ^= 0x04
         (tmp_path / "active.log").write_bytes(bytes(bad))
         assert_corrupt(tmp_path, f"offset {start}")
+
+
+def test_last_record_zero_filled_at_its_end_is_a_torn_tail(tmp_path: Path) -> None:
+    """Power loss on a filesystem that extended the file before writing the data: the size is
+    complete, the end of the payload is zeros. Not damage: the write was never acknowledged."""
+    msgs, offsets = build(tmp_path, 3)
+    (tmp_path / "snapshot.bin").unlink()
+    full = log_bytes(tmp_path)
+    start = offsets[-2]
+    for zeros in (1, 7, len(full) - start - HEADER_SIZE):
+        (tmp_path / "active.log").write_bytes(full[: len(full) - zeros] + b"\0" * zeros)
+        with Store.open(tmp_path) as s:
+            assert s.stats().recovered_tail
+            assert list(s.messages.values()) == msgs[:-1]
+            assert s.stats().log_size == start
+        (tmp_path / "snapshot.bin").unlink()
+    # the same zeros in an earlier record are corruption
+    bad = bytearray(full)
+    bad[offsets[1] - 3 : offsets[1]] = b"\0\0\0"
+    (tmp_path / "active.log").write_bytes(bytes(bad))
+    assert_corrupt(tmp_path, f"offset {offsets[0]}")

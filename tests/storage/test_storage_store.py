@@ -310,3 +310,13 @@ def test_concurrent_writers_all_durable_and_consistent(tmp_path: Path) -> None:
     with Store.open(tmp_path) as s2:
         assert {m.message_id: m for m in written} == dict(s2.messages)
         assert s2.check() == []
+
+
+def test_ids_that_would_break_the_format_are_refused(tmp_path: Path) -> None:
+    with Store.open(tmp_path) as s:
+        for bad in ("", "01J\0"):
+            with pytest.raises(ValidationError, match="message_id"):
+                s.put(Message(bad, "s", 1, "user", "x"))
+            with pytest.raises(ValidationError, match="message_id"):
+                s.delete(bad)
+        assert s.stats().io.write_calls == 0
