@@ -494,3 +494,16 @@ def test_session_scope_uses_the_session_lists() -> None:
         for sid in ("s0", "s2", "nope"):
             assert_like_reference(idx, msgs, q, 7, session_id=sid)
     assert idx.search("the", msgs, limit=5, session_id="nope") == []
+
+
+def test_check_reports_disagreement_and_replace_with_a_new_id() -> None:
+    a, b = msg(1, "apple"), msg(2, "banana")
+    idx, msgs = build([a])
+    assert idx.check(msgs) == []
+    assert idx.check({**msgs, b.message_id: b}) != []  # store has a message the index lacks
+    assert idx.check({a.message_id: msg(1, "changed")}) != []  # indexed with an old value
+    idx.replace(a, b)  # different ids: remove a, add b
+    assert idx.check({b.message_id: b}) == []
+    assert ids(idx.search("banana", {b.message_id: b}, limit=5)) == [b.message_id]
+    assert idx.search("apple", {a.message_id: a}, limit=5) == []
+    assert a.message_id not in idx and b.message_id in idx and len(idx) == 1
