@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -49,12 +50,36 @@ _STOP_SIGNALS: Final = tuple(
 )
 
 
+class _NoContentFilter(logging.Filter):
+    """Keep message content out of the log whatever a library logs.
+
+    Exception messages can quote input (pydantic's do), so a logged exception keeps its type
+    and traceback frames and loses its message. The SDK's DEBUG records can print whole
+    frames, so `mcp.*` is never logged below INFO.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.split(".")[0] == "mcp" and record.levelno < logging.INFO:
+            return False
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            frames = "".join(traceback.format_tb(exc.__traceback__))
+            head = record.getMessage()
+            record.msg = f"{head} [{type(exc).__name__}; message withheld]\n{frames}"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
 def configure_logging(level: str) -> None:
+    """Everything to stderr (stdout is the protocol), without message content."""
     root = logging.getLogger()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         logging.Formatter("%(asctime)s convmem %(levelname)s %(name)s: %(message)s")
     )
+    handler.addFilter(_NoContentFilter())
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
 
@@ -178,14 +203,11 @@ def run_stdio(data_dir: Path, *, log_level: str = "WARNING") -> int:
     configure_logging(log_level)
     try:
         service = MemoryService.open(data_dir)
-    except BusyError as error:
-        print(f"convmem serve: data dir {data_dir} is busy: {error.message}", file=sys.stderr)
-        return EXIT_BUSY
     except ConvMemError as error:
-        print(
-            f"convmem serve: cannot open {data_dir}: {error.code}: {error.message}", file=sys.stderr
-        )
-        return EXIT_ERROR
+        status = EXIT_BUSY if isinstance(error, BusyError) else EXIT_ERROR
+        print(f"convmem serve: {error.code}: {data_dir}: {error.message}", file=sys.stderr)
+        return status
+    logger.info("serving %s over stdio (pid %d)", data_dir, os.getpid())
     try:
         with _private_stdout() as out_fd:
             asyncio.run(_serve(service, out_fd, sys.stdin.fileno()))

@@ -219,7 +219,8 @@ def test_held_lock_gives_one_line_and_status_2(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stdout == b""
     lines = proc.stderr.decode().strip().splitlines()
-    assert len(lines) == 1 and "busy" in lines[0] and "locked by another process" in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("convmem serve: BUSY: ")
+    assert "locked by another process" in lines[0]
 
 
 def test_corrupt_store_gives_one_line_and_status_1(tmp_path: Path) -> None:
@@ -241,7 +242,7 @@ def test_corrupt_store_gives_one_line_and_status_1(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1 and proc.stdout == b""
     lines = proc.stderr.decode().strip().splitlines()
-    assert len(lines) == 1 and "CORRUPT_STORE" in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("convmem serve: CORRUPT_STORE: ")
 
 
 def _request(request_id: int, method: str, params: dict[str, Any]) -> bytes:
@@ -272,7 +273,12 @@ def test_stdin_eof_answers_pending_requests_and_exits_cleanly(tmp_path: Path) ->
     """A client that writes its requests and closes stdin at once still gets every answer;
     stdout holds nothing but JSON-RPC lines."""
     data_dir = tmp_path / "data"
-    requests = INIT + b"".join(_write_call(i, f"m{i}") for i in range(1, 21))
+    malformed = (
+        b'{"jsonrpc":"2.0","id":90,"method":"tools/call","params":{"name":"write_message",'
+        b'"arguments":"SECRET-A"}}\n'
+        b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":["SECRET-B"]}}\n'
+    )
+    requests = INIT + malformed + b"".join(_write_call(i, f"m{i}") for i in range(1, 21))
     proc = subprocess.run(
         [sys.executable, *serve_args(data_dir, "--log-level", "debug")],
         input=requests,
@@ -282,9 +288,9 @@ def test_stdin_eof_answers_pending_requests_and_exits_cleanly(tmp_path: Path) ->
     )
     assert proc.returncode == 0, proc.stderr.decode()
     answers = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert sorted(a["id"] for a in answers) == list(range(21))
-    assert all("result" in a for a in answers)
-    assert b"m1" not in proc.stderr
+    assert sorted(a["id"] for a in answers) == [*range(21), 90]
+    assert all("result" in a for a in answers if a["id"] != 90)
+    assert b"m1" not in proc.stderr and b"SECRET" not in proc.stderr  # even at DEBUG
     with MemoryService.open(data_dir) as svc:
         assert len(svc.read_messages(session_id="w")["history"]) == 20
 
