@@ -486,3 +486,14 @@ def test_contract_defaults_passed_explicitly(svc: MemoryService) -> None:
             view=view, message_id=mid
         )
     assert svc.read_messages(view="sessions", **defaults) == svc.read_messages(view="sessions")
+
+
+def test_worst_case_escaping_still_fits_the_budget(svc: MemoryService) -> None:
+    mid = write(svc, "\x01" * limits.CONTENT_MAX_BYTES, summary="\x02" * limits.SUMMARY_MAX_BYTES)
+    write(svc, "\x01" * limits.CONTENT_MAX_BYTES)
+    out = svc.read_messages(session_id="s1")
+    assert len(out["history"]) == 1 and "nextCursor" in out  # 6 MiB each once escaped
+    size = len(result_json(out).encode())
+    assert 6 * limits.CONTENT_MAX_BYTES < size <= limits.RESPONSE_BUDGET_BYTES
+    r = svc.read_messages(view="content", message_id=mid, content_limit=65536)["content_range"]
+    assert r["next_content_offset"] == 65536
