@@ -131,3 +131,13 @@ class StoreMachine(RuleBasedStateMachine):
 
 StoreMachine.TestCase.settings = settings(max_examples=25, stateful_step_count=25, deadline=None)
 test_store_against_a_dict_model = StoreMachine.TestCase
+
+
+class LongStoreMachine(StoreMachine):
+    """The same, many more and longer runs (slow suite)."""
+
+
+LongStoreMachine.TestCase.settings = settings(
+    max_examples=200, stateful_step_count=60, deadline=None
+)
+test_store_against_a_dict_model_long = pytest.mark.slow(LongStoreMachine.TestCase)
