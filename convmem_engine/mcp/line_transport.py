@@ -43,6 +43,8 @@ READ_CHUNK_BYTES: Final = 64 * 1024
 DRAIN_SECONDS: Final = 60.0
 HEAD_BYTES: Final = 4096
 
+_BOM: Final = b"\xef\xbb\xbf"
+
 PARSE_ERROR: Final = -32700
 INVALID_REQUEST: Final = -32600
 
@@ -134,6 +136,8 @@ class _LineSession:
 
     async def handle_line(self, line: bytes) -> None:
         line = line.strip()
+        if line.startswith(_BOM):  # some Windows shells start piped text with one
+            line = line[len(_BOM) :].strip()
         if not line:
             return
         try:

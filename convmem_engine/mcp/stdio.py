@@ -89,7 +89,12 @@ def _private_stdout() -> Iterator[int]:
     """Yield a descriptor on the real stdout while fd 1 points at stderr."""
     sys.stdout.flush()
     wire = os.dup(1)
-    os.dup2(2, 1)
+    try:
+        os.dup2(2, 1)
+    except OSError:  # no usable stderr: stray output goes nowhere rather than on the wire
+        sink = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(sink, 1)
+        os.close(sink)
     try:
         yield wire
     finally:
@@ -169,7 +174,10 @@ async def _serve(service: MemoryService, out_fd: int, in_fd: int) -> None:
     pump.start()
 
     async def send(data: bytes) -> None:
-        await anyio.to_thread.run_sync(_write_all, out_fd, data, abandon_on_cancel=True)
+        try:  # a blocked stdout must not stall the loop
+            await anyio.to_thread.run_sync(_write_all, out_fd, data, abandon_on_cancel=True)
+        except RuntimeError:  # no thread could be started (resources exhausted): write here
+            _write_all(out_fd, data)
 
     server = build_server(service)
     try:

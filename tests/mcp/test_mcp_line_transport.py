@@ -198,7 +198,7 @@ def test_hostile_lines_each_get_an_error_and_the_session_goes_on(service: Memory
             b"\n   \n",
             huge_line,
             _write(2, "second"),
-            b'{"jsonrpc":"2.0","id":3,"method":"ping"}\r\n',
+            b'\xef\xbb\xbf{"jsonrpc":"2.0","id":3,"method":"ping"}\r\n',
         ]
     )
     answers = anyio.run(_raw_exchange, server, stream)
