@@ -266,7 +266,7 @@ def main() -> None:
         )
         rows.append(
             (
-                "Store.put durable, 1 writer",
+                "Store.put durable, 1 writer (interleaved w. raw)",
                 f"{one:,.0f} writes/s {spread(ones)} ({one / raw:.2f}x raw 1 thread)",
             )
         )
