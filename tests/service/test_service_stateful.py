@@ -233,6 +233,44 @@ class ServiceMachine(RuleBasedStateMachine):
                 break
         assert "".join(parts) == self.model[mid].content
 
+    @precondition(lambda self: bool(self.model))
+    @rule(data=st.data(), before=st.integers(0, 2), after=st.integers(0, 2))
+    def context(self, data: st.DataObject, before: int, after: int) -> None:
+        mid = data.draw(st.sampled_from(sorted(self.model)))
+        m = self.model[mid]
+        out = self.svc.read_messages(
+            view="context", message_id=mid, before=before, after=after, relation_depth=1
+        )
+        same = [x.message_id for x in self.model.values() if x.session_id == m.session_id]
+        i = same.index(mid)
+        ctx = out["chronological_context"]
+        assert [x["message_id"] for x in ctx["before"]] == same[max(0, i - before) : i]
+        assert [x["message_id"] for x in ctx["after"]] == same[i + 1 : i + 1 + after]
+        assert out["session"] == {"session_id": m.session_id, "message_count": len(same)}
+        want: list[tuple[str, str, str]] = []
+        seen = {mid}
+        for r in m.metadata["relations"]:
+            if r["message_id"] not in seen:
+                seen.add(r["message_id"])
+                state = "live" if r["message_id"] in self.model else "deleted"
+                want.append(("outgoing", r["message_id"], state))
+        for x in self.model.values():
+            if x.message_id not in seen and any(
+                r["message_id"] == mid for r in x.metadata["relations"]
+            ):
+                seen.add(x.message_id)
+                want.append(("incoming", x.message_id, "live"))
+        got = [
+            (
+                r["direction"],
+                r["message"]["message_id"] if "message" in r else r["message_id"],
+                "live" if "message" in r else r["status"],
+            )
+            for r in out["relations"]
+        ]
+        assert got == want
+        assert out["truncated"] is False
+
     @rule()
     def sessions(self) -> None:
         out = self.svc.read_messages(view="sessions", limit=1000)["sessions"]
