@@ -135,7 +135,8 @@ def context(
                 "session": session,
                 "truncated": False,
             }
-        ),
+        )
+        + 1,  # slack for the separator accounting below
         state.budget,
     )
     budget.count = 1  # the message itself; following entries need a separator
