@@ -281,3 +281,21 @@ def test_peer_that_vanishes_ends_the_session(service: MemoryService) -> None:
         await asyncio.wait_for(serve_lines(server, reader, send), 30)
 
     anyio.run(scenario)
+
+
+def test_largest_valid_request_fits_under_the_line_cap(service: MemoryService) -> None:
+    """1 MiB of content in which every character is escaped (\\u0001: 6 bytes each) plus a
+    large metadata_json is still one acceptable line."""
+    content = "\x01" * limits.CONTENT_MAX_BYTES
+    metadata = json.dumps({"summary": "\x02" * limits.SUMMARY_MAX_BYTES, "tags": ["t"]})
+    line = _call_line(
+        1,
+        "write_message",
+        {"session_id": "raw", "role": "user", "content": content, "metadata_json": metadata},
+    )
+    assert 6 * limits.CONTENT_MAX_BYTES < len(line) < MAX_LINE_BYTES
+    answers = anyio.run(_raw_exchange, build_server(service), INIT + line)
+    result = next(a for a in answers if a["id"] == 1)["result"]
+    assert result.get("isError") is not True
+    [stored] = service.read_messages(session_id="raw")["history"]
+    assert stored["content"] == content
