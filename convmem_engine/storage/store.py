@@ -373,11 +373,12 @@ class Store:
                 self._snapshot_valid = False
                 return None
             try:
-                self._messages.update(snap.read_body(fs, sfd, meta))
+                body = snap.read_body(fs, sfd, meta)
             except (snap.SnapshotError, OSError):
-                self._messages.clear()
                 self._snapshot_valid = False
                 return None
+            self._messages = body  # before open returns: nobody holds the old view yet
+            self._view = MappingProxyType(body)
             self._snapshot_size = size
             self._snapshot_at = (meta.generation, meta.log_offset)
             return meta
