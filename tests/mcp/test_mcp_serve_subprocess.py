@@ -452,3 +452,23 @@ def test_repeated_sigterm_at_random_moments_never_loses_an_acknowledged_write(
                 stored |= {m["message_id"] for m in history["history"]}
             assert svc.check() == []
         assert acknowledged <= stored
+
+
+def test_serve_never_loads_qt(tmp_path: Path) -> None:
+    """`convmem serve` runs headless: after a full session, no Qt module was imported."""
+    code = (
+        "import sys\n"
+        "from convmem_app.cli import main\n"
+        f"status = main(['serve', '--data-dir', {str(tmp_path / 'data')!r}])\n"
+        "qt = sorted(m for m in sys.modules if m.split('.')[0] in ('PySide6', 'shiboken6'))\n"
+        "print(status, qt, file=sys.stderr)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        input=INIT + _write_call(1, "x"),
+        capture_output=True,
+        env=child_env(),
+        timeout=60,
+    )
+    assert proc.stderr.decode().strip().splitlines()[-1] == "0 []"
+    assert len(proc.stdout.splitlines()) == 2
