@@ -22,7 +22,7 @@ import unicodedata
 from array import array
 from bisect import bisect_left, insort
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import accumulate, pairwise, repeat
@@ -50,6 +50,10 @@ _FILTERS: Final = 3  # posting lists checked by bisect before verifying a candid
 _EAGER_MAX: Final = 2048  # intersect candidate lists eagerly when the rarest is this short
 _INTERSECT_RATIO: Final = 16  # ... and the next list at most this many times the survivors
 _LANE_RATIO: Final = 16  # walk an importance level's own list when it is this much shorter
+_ADAPT_AFTER: Final = 1024  # candidates walked with a full heap of >= 0.8 scores and no early
+# stop before the walk learns which documents may hold a whole-word match
+_START: Final = "\x02"  # edge-gram markers: field start / field end
+_END: Final = "\x03"
 
 _FOLD: Final = {c: c + 32 for c in range(0x41, 0x5B)}
 _ASCII_WORD: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
@@ -206,6 +210,11 @@ def _breakdown(
     return (round(c, _ROUND), round(s, _ROUND), round(t, _ROUND))
 
 
+def _whole_word_matters(phrase: str) -> bool:
+    """Whether a found phrase can still be a partial-word match (needs a boundary check)."""
+    return len(phrase) >= 2 and (_is_word_char(phrase[0]) or _is_word_char(phrase[-1]))
+
+
 def _overall(parts: tuple[float, float, float]) -> float:
     c, s, t = parts
     return round(max(c * CONTENT_WEIGHT, s * SUMMARY_WEIGHT, t * TAGS_WEIGHT), _ROUND)
@@ -233,7 +242,8 @@ def _signature(msg: Message) -> int:
 
 
 def _grams(msg: Message) -> tuple[set[str], list[str]]:
-    """All 2-grams and 3-grams of the folded fields, plus the fields that are one code point."""
+    """All 2-grams and 3-grams of the folded fields, the two edge grams of each field (START +
+    first two code points, last two + END), and the fields that are one code point."""
     grams: set[str] = set()
     singles: list[str] = []
     texts = [msg.content]
@@ -248,9 +258,24 @@ def _grams(msg: Message) -> tuple[set[str], list[str]]:
             grams.update(bigrams)
             if n >= 3:
                 grams.update(map(add, bigrams, t[2:]))
+            grams.add(_START + bigrams[0])
+            grams.add(bigrams[-1] + _END)
         elif n == 1:
             singles.append(t)
     return grams, singles
+
+
+def _narrowed_stream(
+    docs: list[int], imps: array[int], level: int, below: int | None, cands: Sequence[int] | None
+) -> Iterator[int]:
+    """`docs` (newest first) at importance `level`, below `below`, among `cands`."""
+    for d in docs:
+        if (
+            imps[d] == level
+            and (below is None or d < below)
+            and (cands is None or _contains(cands, d))
+        ):
+            yield d
 
 
 def _new_postings() -> array[int]:
@@ -543,51 +568,80 @@ class SearchIndex:
         record = seen is not None and max_score == WHOLE_WORD
         skip = seen if seen is not None and not record else None
         ts_bound: list[int] | None = None
+        # After _ADAPT_AFTER candidates walked while every slot holds a score of at least
+        # PARTIAL_WORD, learn which documents may hold the phrase as a whole word; the others
+        # can score at most PARTIAL_WORD.
+        adapt = max_score == WHOLE_WORD and _whole_word_matters(q.phrase)
+        whole: set[int] | None = None
+        walked = 0
+        narrowed: list[int] | None = None  # documents of `whole`, newest first
         for level in sorted(lanes, reverse=True):
             if level < min_importance:
                 break
             if len(heap) == limit and (max_score, level) < heap[0][:2]:
                 return False
             lane = lanes[level]
-            stream: Iterable[int]
-            if cands is None:
-                stream = reversed(lane)
-            elif len(lanes) == 1:
-                stream = reversed(cands)
-            elif len(lane) * _LANE_RATIO < len(cands):
-                stream = (d for d in reversed(lane) if _contains(cands, d))
-            else:
-                stream = (d for d in reversed(cands) if imps[d] == level)
-            last_block = -1
-            for doc in stream:
-                if filters and not all(_contains(p, doc) for p in filters):
-                    continue
-                if skip is not None and doc in skip:
-                    continue
-                if len(heap) == limit and heap[0][0] >= max_score:
-                    block = doc >> _BLOCK_SHIFT
-                    if block != last_block:
-                        last_block = block
-                        if ts_bound is None:
-                            ts_bound = list(accumulate(self._blk_ts, max))
-                        if (max_score, level, ts_bound[block]) < heap[0][:3]:
-                            return False
-                if record:
-                    seen.add(doc)  # type: ignore[union-attr]
-                mid = ids[doc]
-                if mid is None:
-                    continue
-                msg = get(mid)
-                if msg is None or (accept is not None and not accept(msg)):
-                    continue
-                score = _score(msg, q)
-                if score is None:
-                    continue
-                key = (score, msg.metadata.importance, msg.timestamp, mid)
-                if len(heap) < limit:
-                    heapq.heappush(heap, key)
-                elif key > heap[0]:
-                    heapq.heapreplace(heap, key)
+            below: int | None = None
+            while True:
+                stream: Iterable[int]
+                if narrowed is not None:
+                    # Only documents that may hold a whole-word match can still rank.
+                    stream = _narrowed_stream(narrowed, imps, level, below, cands)
+                elif cands is None:
+                    stream = reversed(lane)
+                elif len(lanes) == 1:
+                    stream = reversed(cands)
+                elif len(lane) * _LANE_RATIO < len(cands):
+                    stream = (d for d in reversed(lane) if _contains(cands, d))
+                else:
+                    stream = (d for d in reversed(cands) if imps[d] == level)
+                below = None
+                last_block = -1
+                for doc in stream:
+                    if filters and not all(_contains(p, doc) for p in filters):
+                        continue
+                    if skip is not None and doc in skip:
+                        continue
+                    if len(heap) == limit and heap[0][0] >= max_score:
+                        block = doc >> _BLOCK_SHIFT
+                        if block != last_block:
+                            last_block = block
+                            if ts_bound is None:
+                                ts_bound = list(accumulate(self._blk_ts, max))
+                            if (max_score, level, ts_bound[block]) < heap[0][:3]:
+                                return False
+                    if record:
+                        seen.add(doc)  # type: ignore[union-attr]
+                    if adapt and len(heap) == limit and heap[0][0] >= PARTIAL_WORD:
+                        walked += 1
+                        if whole is None and walked >= _ADAPT_AFTER:
+                            whole = self._whole_word_docs(q.phrase)
+                        if whole is not None and doc not in whole:
+                            if ts_bound is None:
+                                ts_bound = list(accumulate(self._blk_ts, max))
+                            if (PARTIAL_WORD, level, ts_bound[doc >> _BLOCK_SHIFT]) < heap[0][:3]:
+                                # Bounds only fall from here on: every remaining document
+                                # outside `whole` (this level and below) is out for good.
+                                adapt = False
+                                narrowed = sorted(whole, reverse=True)
+                                below = doc
+                                break
+                    mid = ids[doc]
+                    if mid is None:
+                        continue
+                    msg = get(mid)
+                    if msg is None or (accept is not None and not accept(msg)):
+                        continue
+                    score = _score(msg, q)
+                    if score is None:
+                        continue
+                    key = (score, msg.metadata.importance, msg.timestamp, mid)
+                    if len(heap) < limit:
+                        heapq.heappush(heap, key)
+                    elif key > heap[0]:
+                        heapq.heapreplace(heap, key)
+                if below is None:
+                    break
         return True
 
     def _plan(
@@ -645,6 +699,30 @@ class SearchIndex:
                 union.update(p)
             return sorted(union), []
         return None, []
+
+    def _whole_word_docs(self, phrase: str) -> set[int]:
+        """A superset of the documents where `phrase` occurs with a word boundary on each side
+        that needs one: some non-word code point (or a field edge) before / after it."""
+        post = self._post
+        seps = [c for c in self._char_bigrams if not _is_word_char(c)]
+        result: set[int] | None = None
+        if _is_word_char(phrase[0]):
+            head = phrase[:2]
+            left: set[int] = set()
+            for x in [_START, *seps]:
+                p = post.get(x + head)
+                if p is not None:
+                    left.update(p)
+            result = left
+        if _is_word_char(phrase[-1]):
+            tail = phrase[-2:]
+            right: set[int] = set()
+            for y in [*seps, _END]:
+                p = post.get(tail + y)
+                if p is not None:
+                    right.update(p)
+            result = right if result is None else result & right
+        return result if result is not None else set()
 
     @staticmethod
     def _filters(rest: list[array[int]], scope: array[int] | None) -> list[array[int]]:

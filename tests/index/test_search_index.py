@@ -507,3 +507,77 @@ def test_check_reports_disagreement_and_replace_with_a_new_id() -> None:
     assert ids(idx.search("banana", {b.message_id: b}, limit=5)) == [b.message_id]
     assert idx.search("apple", {a.message_id: a}, limit=5) == []
     assert a.message_id not in idx and b.message_id in idx and len(idx) == 1
+
+
+def test_whole_word_bounds_after_a_long_walk() -> None:
+    # Thousands of partial-word matches ("hello", "lol") and a few whole-word ones at field
+    # starts, ends, in the middle, in summaries and tags: past the adaptive threshold the walk
+    # skips documents that cannot hold a whole-word match; the result must not change.
+    rare = {
+        7: ("lo and behold", None, ()),
+        300: ("say hello", "lo", ()),
+        1200: ("hello", None, ("x", "lo")),
+        2500: ("yes, lo", None, ()),
+        3100: ("hello (lo) there", None, ()),
+        3999: ("lo", None, ()),
+    }
+    messages = []
+    for i in range(4000):
+        content, summary, tags = rare.get(i, (("hello world", "lol", "hello lol")[i % 3], None, ()))
+        messages.append(
+            msg(
+                i,
+                content,
+                summary=summary,
+                tags=tags,
+                importance=(50, 50, 50, 60)[i % 4],
+                timestamp=(i * 7919) % 3000,
+            )
+        )
+    idx, msgs = build(messages)
+    for q in ("lo", "lo and", "hello", "llo", "lol"):
+        for limit in (1, 5, 30):
+            assert_like_reference(idx, msgs, q, limit)
+    assert_like_reference(idx, msgs, "lo", 10, min_importance=55)
+
+
+@pytest.mark.parametrize("spaced", [True, False])
+def test_large_random_corpus_against_reference(spaced: bool) -> None:
+    # Big enough that posting lists are long (lazy walks, adaptive whole-word bounds), random
+    # enough to mix whole and partial words, field edges, importance and out-of-order times.
+    # Unspaced: whole words are rare, so the walk must learn where they can be.
+    import random
+
+    rng = random.Random(20261130)
+    if spaced:
+        syllables = ["lo", "la", "hel", "ve", "設", "計", "🎉", "e\u0301", "Lo", "ta"]
+        seps = [" ", " ", ", ", "-", ""]
+    else:
+        syllables = ["lo", "la", "hel", "ve", "Lo", "ta", "e\u0301"]
+        seps = [""] * 30 + [" ", "."]
+
+    def text() -> str:
+        out = "".join(
+            rng.choice(syllables) + rng.choice(seps) for _ in range(rng.randint(1, 6))
+        ).strip()
+        return out if spaced else "q" + out + "q"  # unspaced: field edges are inside words
+
+    messages = [
+        msg(
+            i,
+            text() or "x",
+            summary=text() if rng.random() < 0.1 else None,
+            tags=tuple(t for t in (text() for _ in range(rng.randint(0, 2))) if t),
+            importance=rng.choice((50, 50, 50, 20, 80)),
+            timestamp=rng.randint(0, 10_000),
+            session=f"s{rng.randint(0, 4)}",
+        )
+        for i in range(3000)
+    ]
+    idx, msgs = build(messages)
+    queries = ["lo", "la", "lo la", "hel", "ve", "設計", "🎉", "é", "e\u0301", "lota", "la-lo"]
+    queries += [text() for _ in range(6)]
+    for q in queries:
+        for limit in (1, 20):
+            assert_like_reference(idx, msgs, q, limit)
+        assert_like_reference(idx, msgs, q, 5, session_id="s3")
