@@ -19,6 +19,8 @@ DOC = ROOT / "docs" / "tools.md"
 sys.path.insert(0, str(ROOT))
 
 from convmem_engine.domain.errors import ERROR_CODES  # noqa: E402
+from convmem_engine.domain.limits import MIB  # noqa: E402
+from convmem_engine.mcp.line_transport import MAX_LINE_BYTES  # noqa: E402
 from convmem_engine.mcp.schemas import INSTRUCTIONS, TOOLS, ToolSpec  # noqa: E402
 
 HEADER = """\
@@ -43,6 +45,17 @@ the rule broken and never repeats the value sent. `delete_message`'s `{"status":
 normal result, not an error. Error codes: {codes}.
 
 A call to a tool that does not exist is a JSON-RPC error (`-32602`), not a tool result.
+
+## Wire
+
+Newline-delimited JSON-RPC 2.0 over stdio (`convmem serve`) or the app's local pipe, both
+protocol eras: 2026-07-28 (`server/discover`, per-request `_meta`) and the `initialize`
+handshake (2025-11-25 and older), chosen by the client's first request. One message per line,
+UTF-8, at most {max_line} bytes per line (room for 1 MiB of content and 1 MiB of metadata with
+every character escaped). Every bad line is answered and the session goes on: not UTF-8 or
+not JSON gives `-32700` (id null); JSON that is not a JSON-RPC message, a batch, or a line over
+the limit (skipped unread) gives `-32600`, with the request's id when it can be read. When the
+client closes its side, requests already read are answered before the session ends.
 
 ## Server instructions
 
@@ -127,6 +140,7 @@ def tool_section(tool: ToolSpec) -> str:
 def render() -> str:
     header = HEADER.replace("{codes}", ", ".join(f"`{code}`" for code in ERROR_CODES))
     header = header.replace("{instructions}", INSTRUCTIONS)
+    header = header.replace("{max_line}", f"{MAX_LINE_BYTES:,} ({MAX_LINE_BYTES // MIB} MiB)")
     return header + "\n" + "\n".join(tool_section(tool) for tool in TOOLS)
 
 
