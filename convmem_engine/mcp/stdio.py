@@ -216,6 +216,12 @@ def run_stdio(data_dir: Path, *, log_level: str = "WARNING") -> int:
         print(f"convmem serve: {error.code}: {data_dir}: {error.message}", file=sys.stderr)
         return status
     logger.info("serving %s over stdio (pid %d)", data_dir, os.getpid())
+    if sys.stdin.isatty():
+        print(
+            "convmem serve: speaking MCP on stdin/stdout for an LLM host (see docs/hosts.md); "
+            "press Ctrl-C to stop",
+            file=sys.stderr,
+        )
     try:
         with _private_stdout() as out_fd:
             asyncio.run(_serve(service, out_fd, sys.stdin.fileno()))
