@@ -55,6 +55,11 @@ def _log_unexpected(tool: ToolSpec, exc: BaseException) -> None:
     logger.error("%s failed with %s (message withheld)\n%s", tool.name, type(exc).__name__, frames)
 
 
+def _input_schema(name: str) -> dict[str, Any] | None:
+    tool = TOOLS_BY_NAME.get(name)
+    return None if tool is None else tool.input_schema
+
+
 def build_server(service: MemoryService) -> Server[Any]:
     """A low-level MCP server exposing the seven tools over `service`.
 
@@ -93,6 +98,7 @@ def build_server(service: MemoryService) -> Server[Any]:
         title="ConvMem",
         description="Durable local conversation memory: write, search, read and curate.",
         instructions=INSTRUCTIONS,
+        get_tool_input_schema=_input_schema,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
