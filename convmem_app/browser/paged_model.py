@@ -15,6 +15,7 @@ from PySide6.QtCore import (
     QObject,
     QPersistentModelIndex,
     Qt,
+    QTimer,
     Signal,
 )
 
@@ -37,6 +38,8 @@ class PagedTableModel(QAbstractTableModel):
     loadFailed = Signal(str)
 
     PAGE_SIZE = 200
+    BULK_PAGE_SIZE = 1000  # pages read by load_all()
+    LOAD_ALL_CAP = 50_000  # load_all() stops here; beyond it sort/filter see the loaded rows
     HEADERS: tuple[str, ...] = ()
 
     def __init__(self, runner: JobRunner, parent: QObject | None = None) -> None:
@@ -49,6 +52,7 @@ class PagedTableModel(QAbstractTableModel):
         self._job: Job | None = None
         self._generation = 0
         self._refresh_pending = False
+        self._want_all = False
 
     # --- subclass hooks (the read hooks run on a worker thread: no Qt state there) ---
 
@@ -127,6 +131,21 @@ class PagedTableModel(QAbstractTableModel):
         self.clear()
         self._exhausted = False
         self._load_page()
+
+    def load_all(self) -> None:
+        """Keep loading pages in the background (up to LOAD_ALL_CAP rows), e.g. so that sorting
+        and filtering see every row; the GUI stays responsive between pages."""
+        self._want_all = True
+        self._continue_loading()
+
+    def _continue_loading(self) -> None:
+        if (
+            self._want_all
+            and not self._exhausted
+            and self._job is None
+            and len(self._rows) < self.LOAD_ALL_CAP
+        ):
+            self._load_page(self.BULK_PAGE_SIZE)
 
     def refresh(self) -> None:
         """Re-read as many rows as are loaded now and merge them in place."""
@@ -218,10 +237,10 @@ class PagedTableModel(QAbstractTableModel):
             self._refresh_pending = False
             self.refresh()
 
-    def _load_page(self) -> None:
+    def _load_page(self, limit: int | None = None) -> None:
         cursor = self._cursor
         generation = self._generation
-        limit = self.PAGE_SIZE
+        limit = limit or self.PAGE_SIZE
         self._start(
             lambda job: self.read_page(cursor, limit),
             lambda result: self._page_done(generation, result),
@@ -242,6 +261,8 @@ class PagedTableModel(QAbstractTableModel):
         self._cursor = cursor
         self._exhausted = cursor is None
         self.pageLoaded.emit(len(self._rows))
+        if self._want_all:
+            QTimer.singleShot(0, self._continue_loading)  # let the GUI paint between pages
 
     def _refresh_done(self, generation: int, result: Page) -> None:
         if generation != self._generation:

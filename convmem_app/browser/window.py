@@ -45,7 +45,12 @@ from convmem_app.browser.maintenance_panel import MaintenancePanel
 from convmem_app.browser.metadata_editor import MetadataEditor
 from convmem_app.browser.paged_model import KEY_ROLE, ROW_ROLE
 from convmem_app.browser.search_panel import SearchPanel
-from convmem_app.browser.sessions_model import COL_LAST, COL_SUMMARY, SessionsModel, SessionsProxy
+from convmem_app.browser.sessions_model import (
+    COL_STARTED,
+    COL_SUMMARY,
+    SessionsModel,
+    SessionsProxy,
+)
 from convmem_engine.domain import NotFoundError
 
 if TYPE_CHECKING:
@@ -158,8 +163,10 @@ class MemoryBrowser(QMainWindow):
         self.sessions_view.setObjectName("sessionsView")
         self.sessions_view.setModel(self.sessions_proxy)
         self._setup_table(self.sessions_view, QAbstractItemView.SelectionMode.SingleSelection)
+        # The service pages sessions by start time; that order needs no loading ahead. Any
+        # other sort, and any filter, loads the remaining pages in the background first.
         self.sessions_view.setSortingEnabled(True)
-        self.sessions_view.sortByColumn(COL_LAST, Qt.SortOrder.DescendingOrder)
+        self.sessions_view.sortByColumn(COL_STARTED, Qt.SortOrder.AscendingOrder)
         for col, width in enumerate((150, 70, 120, 220, 120, 120)):
             self.sessions_view.setColumnWidth(col, width)
         self.sessions_view.horizontalHeader().setSectionResizeMode(
@@ -296,7 +303,8 @@ class MemoryBrowser(QMainWindow):
         bar.addPermanentWidget(self.busy)
 
     def _wire(self) -> None:
-        self.session_filter.textChanged.connect(self.sessions_proxy.setFilterFixedString)
+        self.session_filter.textChanged.connect(self._filter_sessions)
+        self.sessions_view.horizontalHeader().sortIndicatorChanged.connect(self._sessions_sorted)
         sel = self.sessions_view.selectionModel()
         sel.currentRowChanged.connect(lambda _c, _p: self._select_timer.start())
         self.sessions_view.activated.connect(lambda _i: self.history_view.setFocus())
@@ -502,6 +510,15 @@ class MemoryBrowser(QMainWindow):
         if current is not None and current.get("message_id") == message.get("message_id"):
             self.detail.show_message(current)
             self.context_panel.reload()
+
+    def _filter_sessions(self, text: str) -> None:
+        self.sessions_proxy.setFilterFixedString(text)
+        if text:
+            self.sessions_model.load_all()
+
+    def _sessions_sorted(self, column: int, order: Qt.SortOrder) -> None:
+        if (column, order) != (COL_STARTED, Qt.SortOrder.AscendingOrder):
+            self.sessions_model.load_all()
 
     def focus_search(self) -> None:
         self.tabs.setCurrentIndex(TAB_SEARCH)

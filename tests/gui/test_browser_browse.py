@@ -38,19 +38,29 @@ def test_sessions_show_counts_kinds_summary_and_times(
     assert b.sessions_label.text() == "Sessions (2)"
 
 
-def test_sessions_filter_and_sort(qtbot: Any, service: MemoryService, make_browser: Any) -> None:
-    for i, name in enumerate(("project-x", "holiday", "project-y")):
+def test_sessions_filter_and_sort_see_every_session(
+    qtbot: Any, service: MemoryService, make_browser: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(SessionsModel, "PAGE_SIZE", 2)
+    monkeypatch.setattr(SessionsModel, "BULK_PAGE_SIZE", 2)
+    for i, name in enumerate(("project-x", "holiday", "misc-1", "misc-2", "project-y")):
         for _ in range(i + 1):
             write(service, name, f"message in {name}")
     b = make_browser()
-    qtbot.waitUntil(lambda: b.sessions_model.rowCount() == 3)
-    b.session_filter.setText("PROJECT")
+    qtbot.waitUntil(lambda: b.sessions_model.rowCount() >= 2 and not b.sessions_model.loading)
+    b.session_filter.setText("PROJECT")  # filtering loads the remaining pages first
     proxy = b.sessions_proxy
-    assert proxy.rowCount() == 2
+    qtbot.waitUntil(lambda: b.sessions_model.exhausted and proxy.rowCount() == 2)
     assert {proxy.index(r, 0).data() for r in range(2)} == {"project-x", "project-y"}
     b.session_filter.clear()
     b.sessions_view.sortByColumn(COL_COUNT, Qt.SortOrder.DescendingOrder)
-    assert [proxy.index(r, 0).data() for r in range(3)] == ["project-y", "holiday", "project-x"]
+    assert [proxy.index(r, 0).data() for r in range(5)] == [
+        "project-y",
+        "misc-2",
+        "misc-1",
+        "holiday",
+        "project-x",
+    ]
 
 
 def test_select_session_shows_history_rows(
