@@ -49,6 +49,7 @@ class MetadataEditor(QWidget):
         self.conflict_dialog: ConflictDialog | None = None
         self._saving = False
         self._loading_form = False
+        self._pending: tuple[dict[str, Any] | None] | None = None  # selection awaiting the editor
 
         self.tags = QLineEdit()
         self.tags.setPlaceholderText("comma-separated, e.g. project, decision")
@@ -152,6 +153,33 @@ class MetadataEditor(QWidget):
 
     # --- loading ---
 
+    def follow(self, message: dict[str, Any] | None) -> None:
+        """The selection moved to `message`: show it, unless that would drop unsaved edits of
+        another message; then keep those and show it after Save or Revert."""
+        current = self.message
+        if (
+            current is not None
+            and self.dirty
+            and (message is None or message.get("message_id") != current.get("message_id"))
+        ):
+            self._pending = (message,)
+            self.banner.setText(
+                "These are unsaved edits of another message than the one selected. Save or "
+                "Revert them, and the editor follows the selection."
+            )
+            self.banner.show()
+            return
+        self._pending = None
+        self.set_message(message)
+
+    def _take_pending(self) -> bool:
+        """Show the message selected while edits were pending; True if there was one."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return False
+        self.set_message(pending[0])
+        return True
+
     def set_message(self, message: dict[str, Any] | None) -> None:
         self.message = message
         self.banner.hide()
@@ -253,7 +281,8 @@ class MetadataEditor(QWidget):
         self.revert_button.setEnabled(dirty and not self._saving)
 
     def revert(self) -> None:
-        self.set_message(self.message)
+        if not self._take_pending():
+            self.set_message(self.message)
 
     # --- saving ---
 
@@ -292,8 +321,10 @@ class MetadataEditor(QWidget):
             return
         message = result["message"]
         self.set_message(message)
-        self.status.setText("Saved." if result.get("changed") else "No changes to save.")
         self.saved.emit(message)
+        moved = self._take_pending()
+        text = "Saved." if result.get("changed") else "No changes to save."
+        self.status.setText(text + (" Now showing the selected message." if moved else ""))
 
     def _save_failed(self, exc: BaseException) -> None:
         self._saving = False

@@ -493,14 +493,14 @@ class MemoryBrowser(QMainWindow):
             self._clear_detail("")
             return
         self.detail.show_message(row)
-        self.editor.set_message(row)
+        self.editor.follow(row)
         self.context_panel.set_message(str(row["message_id"]))
         self.messageOpened.emit(str(row["message_id"]))
         self._update_actions()
 
     def _clear_detail(self, note: str) -> None:
         self.detail.clear(note)
-        self.editor.set_message(None)
+        self.editor.follow(None)  # keeps unsaved edits of a message that still exists
         self.context_panel.set_message(None)
         self._update_actions()
 
@@ -609,6 +609,9 @@ class MemoryBrowser(QMainWindow):
             message_id
         )
         self.history_model.remove_key(message_id)
+        edited = self.editor.message
+        if edited is not None and edited.get("message_id") == message_id:
+            self.editor.set_message(None)  # its edits can no longer be saved
         if shown:
             self._clear_detail("This message was deleted.")
         elif self.context_panel.message_id is not None:

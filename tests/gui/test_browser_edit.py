@@ -191,3 +191,32 @@ def test_cancelled_delete_keeps_everything(
     qtbot.waitUntil(lambda: b.delete_confirmation is None)
     assert history_ids(b) == ids
     assert len(service.read_messages(view="history", session_id="s")["history"]) == 2
+
+
+def test_unsaved_edits_survive_a_selection_change_until_saved_or_reverted(
+    qtbot: Any, service: MemoryService, make_browser: Any
+) -> None:
+    first = write(service, "s", "first")
+    second = write(service, "s", "second")
+    b = make_browser()
+    _open_first(qtbot, b, "s")
+    ed = b.editor
+    ed.importance.setValue(1)
+    select_history_rows(b, 1)  # the user moves on without saving
+    assert b.detail.message is not None and b.detail.message["message_id"] == second["message_id"]
+    assert ed.message is not None and ed.message["message_id"] == first["message_id"]
+    assert ed.banner.isVisibleTo(ed) and ed.importance.value() == 1
+    with qtbot.waitSignal(ed.saved):
+        ed.save()
+    qtbot.waitUntil(
+        lambda: ed.message is not None and ed.message["message_id"] == second["message_id"]
+    )
+    assert "Now showing the selected message" in ed.status.text()
+    assert stored(service, first["message_id"])["metadata"]["importance"] == 1
+    # revert drops the edits and follows the selection too
+    ed.importance.setValue(2)
+    select_history_rows(b, 0)
+    assert ed.message["message_id"] == second["message_id"]
+    ed.revert()
+    assert ed.message["message_id"] == first["message_id"] and not ed.dirty
+    assert stored(service, second["message_id"])["metadata"]["importance"] == 50
