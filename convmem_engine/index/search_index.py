@@ -52,6 +52,7 @@ _INTERSECT_RATIO: Final = 16  # ... and the next list at most this many times th
 _LANE_RATIO: Final = 16  # walk an importance level's own list when it is this much shorter
 _ADAPT_AFTER: Final = 1024  # candidates walked with a full heap of >= 0.8 scores and no early
 # stop before the walk learns which documents may hold a whole-word match
+_SEPS_EXACT: Final = 64  # 1-code-point whole-word bound: exact 3-gram test up to this many
 _START: Final = "\x02"  # edge-gram markers: field start / field end
 _END: Final = "\x03"
 
@@ -212,7 +213,7 @@ def _breakdown(
 
 def _whole_word_matters(phrase: str) -> bool:
     """Whether a found phrase can still be a partial-word match (needs a boundary check)."""
-    return len(phrase) >= 2 and (_is_word_char(phrase[0]) or _is_word_char(phrase[-1]))
+    return _is_word_char(phrase[0]) or _is_word_char(phrase[-1])
 
 
 def _overall(parts: tuple[float, float, float]) -> float:
@@ -705,6 +706,8 @@ class SearchIndex:
         that needs one: some non-word code point (or a field edge) before / after it."""
         post = self._post
         seps = [c for c in self._char_bigrams if not _is_word_char(c)]
+        if len(phrase) == 1:
+            return self._whole_char_docs(phrase, seps)
         result: set[int] | None = None
         if _is_word_char(phrase[0]):
             head = phrase[:2]
@@ -723,6 +726,40 @@ class SearchIndex:
                     right.update(p)
             result = right if result is None else result & right
         return result if result is not None else set()
+
+    def _whole_char_docs(self, ch: str, seps: list[str]) -> set[int]:
+        """`_whole_word_docs` for one (word) code point: fields that are exactly `ch`, and
+        3-grams "non-word, ch, non-word" (field edges count as non-word). With many distinct
+        non-word code points (CJK text), the weaker "non-word before" and "non-word after"
+        2-gram test instead."""
+        post = self._post
+        result: set[int] = set()
+        single = self._singles.get(ch)
+        if single is not None:
+            result.update(single)
+        if len(seps) <= _SEPS_EXACT:
+            for x in [_START, *seps]:
+                for y in [*seps, _END]:
+                    p = post.get(x + ch + y)
+                    if p is not None:
+                        result.update(p)
+            return result
+        bigrams = self._char_bigrams.get(ch, ())
+        left: set[int] = set()
+        right: set[int] = set()
+        for g in bigrams:
+            p = post.get(g)
+            if p is None:
+                continue
+            if g[1] == ch and not _is_word_char(g[0]):
+                left.update(p)
+            if g[0] == ch and not _is_word_char(g[1]):
+                right.update(p)
+            if g[0] == ch and (e := post.get(_START + g)) is not None:
+                left.update(e)  # a field starting with ch
+            if g[1] == ch and (e := post.get(g + _END)) is not None:
+                right.update(e)  # a field ending with ch
+        return result | (left & right)
 
     @staticmethod
     def _filters(rest: list[array[int]], scope: array[int] | None) -> list[array[int]]:

@@ -541,17 +541,23 @@ def test_whole_word_bounds_after_a_long_walk() -> None:
     assert_like_reference(idx, msgs, "lo", 10, min_importance=55)
 
 
-@pytest.mark.parametrize("spaced", [True, False])
-def test_large_random_corpus_against_reference(spaced: bool) -> None:
+@pytest.mark.parametrize("kind", ["spaced", "unspaced", "many separators"])
+def test_large_random_corpus_against_reference(kind: str) -> None:
     # Big enough that posting lists are long (lazy walks, adaptive whole-word bounds), random
     # enough to mix whole and partial words, field edges, importance and out-of-order times.
     # Unspaced: whole words are rare, so the walk must learn where they can be.
     import random
 
     rng = random.Random(20261130)
+    spaced = kind == "spaced"
     if spaced:
         syllables = ["lo", "la", "hel", "ve", "設", "計", "🎉", "e\u0301", "Lo", "ta"]
         seps = [" ", " ", ", ", "-", ""]
+    elif kind == "many separators":
+        # More distinct non-word code points (ideographs) than the exact 1-code-point test
+        # enumerates.
+        syllables = ["lo", "la", "e", "ve", *(chr(0x4E00 + k) for k in range(100))]
+        seps = [""] * 10 + [" "]
     else:
         syllables = ["lo", "la", "hel", "ve", "Lo", "ta", "e\u0301"]
         seps = [""] * 30 + [" ", "."]
@@ -576,6 +582,7 @@ def test_large_random_corpus_against_reference(spaced: bool) -> None:
     ]
     idx, msgs = build(messages)
     queries = ["lo", "la", "lo la", "hel", "ve", "設計", "🎉", "é", "e\u0301", "lota", "la-lo"]
+    queries += ["e", "l", "o", "q", "一", "丁"]
     queries += [text() for _ in range(6)]
     for q in queries:
         for limit in (1, 20):
