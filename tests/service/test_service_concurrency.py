@@ -6,6 +6,7 @@ import random
 import threading
 from pathlib import Path
 
+import pytest
 from svc_helpers import write
 
 from convmem_engine.service import MemoryService
@@ -139,3 +140,66 @@ def test_close_during_background_build(tmp_path: Path) -> None:
     svc.close()
     with MemoryService.open(tmp_path / "d") as again:
         assert len(again.search_messages(query="text", limit=100)["results"]) == 100
+
+
+@pytest.mark.slow
+def test_large_store_default_background_build_under_load(tmp_path: Path) -> None:
+    """30,000 messages (above BACKGROUND_SEARCH_FROM): writers, deleters and pagers run while
+    the search index builds; afterwards search and every index agree with the store."""
+    from convmem_engine.domain import Message
+    from convmem_engine.service.ids import UlidSource
+    from convmem_engine.service.memory_service import BACKGROUND_SEARCH_FROM
+    from convmem_engine.storage import Store
+
+    n = BACKGROUND_SEARCH_FROM + 10_000
+    store = Store.open(tmp_path / "d")
+    ids = UlidSource()
+    seq = 0
+    for i in range(n):
+        mid, ts = ids.next()
+        seq = store.write_put(
+            Message(mid, f"s{i % 300}", ts, "user", f"bulk{i % 97} row {i}", 1, ts)
+        )
+    store.sync(seq)
+    store.close()
+    svc = MemoryService.open(tmp_path / "d")
+    try:
+        errors: list[BaseException] = []
+        kept: list[tuple[str, str]] = []
+        dropped: list[tuple[str, str]] = []
+
+        def churn(k: int) -> None:
+            try:
+                for i in range(200):
+                    token = f"uniq{k}q{i}z"
+                    mid = write(svc, f"{token} live", session=f"s{i % 300}")
+                    if i % 3 == 0:
+                        svc.delete_message(message_id=mid)
+                        dropped.append((token, mid))
+                    else:
+                        kept.append((token, mid))
+            except BaseException as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=churn, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        pages = 0
+        cursor = None
+        while True:
+            out = svc.read_messages(session_id="s5", limit=10, cursor=cursor)
+            pages += 1
+            cursor = out.get("nextCursor")
+            if cursor is None:
+                break
+        for t in threads:
+            t.join()
+        assert not errors and pages > 1
+        for token, mid in kept[::7]:
+            hits = svc.search_messages(query=token)["results"]
+            assert [h["message_id"] for h in hits] == [mid]
+        for token, _mid in dropped[::7]:
+            assert svc.search_messages(query=token)["results"] == []
+        assert svc.check() == []
+    finally:
+        svc.close()
