@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QMessageBox,
     QProgressBar,
+    QPushButton,
     QScrollArea,
     QSplitter,
     QTableView,
@@ -298,8 +299,12 @@ class MemoryBrowser(QMainWindow):
         self.busy.setMaximumHeight(14)
         self.busy.setTextVisible(False)
         self.busy.hide()
+        self.cancel_delete_button = QPushButton("Cancel delete")
+        self.cancel_delete_button.hide()
+        self.cancel_delete_button.clicked.connect(self.cancel_delete)
         bar = self.statusBar()
         bar.addWidget(self.status_text, 1)
+        bar.addPermanentWidget(self.cancel_delete_button)
         bar.addPermanentWidget(self.busy)
 
     def _wire(self) -> None:
@@ -689,23 +694,36 @@ class MemoryBrowser(QMainWindow):
                 [r for r in self.search_panel.model.results if r["message_id"] not in done],
                 self.search_panel.query.text(),
             )
+            stopped = " (cancelled)" if len(done) < len(targets) and job.cancelled else ""
             self.status_text.setText(
-                f"Deleted {len(done)} message{'s' if len(done) != 1 else ''}. "
+                f"Deleted {len(done)} message{'s' if len(done) != 1 else ''}{stopped}. "
                 "Rebuild index removes the content from disk."
             )
             self.deleted.emit(len(done))
 
         def finished() -> None:
             self._delete_job = None
+            self.cancel_delete_button.hide()
             self._update_actions()
 
+        def progress(done: int, total: int) -> None:
+            self.status_text.setText(f"Deleting… {done} of {total}")
+
         job = Job(work)
+        job.progress.connect(progress)
+        if len(targets) > 1:
+            self.cancel_delete_button.show()
         job.succeeded.connect(succeeded)
         job.failed.connect(lambda exc: self._show_error(f"Delete failed: {exc}"))
         job.finished.connect(finished)
         self._delete_job = job
         self._update_actions()
         self.runner.start(job)
+
+    def cancel_delete(self) -> None:
+        """Stop a multi-delete between two messages; those already deleted stay deleted."""
+        if self._delete_job is not None:
+            self._delete_job.cancel()
 
     # --- status ---
 

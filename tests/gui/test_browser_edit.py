@@ -220,3 +220,25 @@ def test_unsaved_edits_survive_a_selection_change_until_saved_or_reverted(
     ed.revert()
     assert ed.message["message_id"] == first["message_id"] and not ed.dirty
     assert stored(service, second["message_id"])["metadata"]["importance"] == 50
+
+
+def test_multi_delete_can_be_cancelled_and_stays_consistent(
+    qtbot: Any, service: MemoryService, make_browser: Any
+) -> None:
+    for i in range(30):
+        write(service, "s", f"m{i}")
+    b = make_browser()
+    select_session(qtbot, b, "s")
+    b.history_view.selectAll()
+    with qtbot.waitSignal(b.deleteConfirmationShown) as shown:
+        b.delete_selected()
+    with qtbot.waitSignal(b.deleted, timeout=20_000) as done:
+        shown.args[0].button(QMessageBox.StandardButton.Yes).click()
+        assert b.cancel_delete_button.isVisibleTo(b)
+        b.cancel_delete()  # stops between two messages (how many went first is timing)
+    left = [
+        m["message_id"] for m in service.read_messages(view="history", session_id="s")["history"]
+    ]
+    assert done.args[0] == 30 - len(left)
+    qtbot.waitUntil(lambda: history_ids(b) == left)
+    assert not b.cancel_delete_button.isVisibleTo(b)
