@@ -21,6 +21,7 @@ Usage: python bench/bench_search.py [--repeat N] [--tracemalloc] [--markdown]
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import os
 import random
@@ -216,6 +217,34 @@ def print_table(
             print("  ".join(c.ljust(14) for c in cells))
 
 
+def maintenance(idx: SearchIndex, messages: dict[str, Message]) -> None:
+    """Per-operation cost of keeping the index current (oldest messages: longest memmoves)."""
+    sample = list(messages.values())[:1000]
+    t0 = time.perf_counter()
+    for m in sample:
+        idx.remove(m)
+    t1 = time.perf_counter()
+    for m in sample:
+        idx.add(m)
+    t2 = time.perf_counter()
+    edited = [dataclasses.replace(m, content=m.content + " (edited)", revision=2) for m in sample]
+    for old, new in zip(sample, edited, strict=True):
+        idx.replace(old, new)
+    t3 = time.perf_counter()
+    for old, new in zip(sample, edited, strict=True):
+        idx.replace(new, old)
+    t4 = time.perf_counter()
+    t5 = time.perf_counter()
+    problems = idx.check(messages)
+    t6 = time.perf_counter()
+    n = len(sample)
+    print(
+        f"maintenance, per message: remove {(t1 - t0) / n * 1e6:.0f} us (oldest 1,000), "
+        f"add {(t2 - t1) / n * 1e6:.0f} us, replace {(t3 - t2 + t4 - t3) / (2 * n) * 1e6:.0f} us; "
+        f"check() {t6 - t5:.1f} s ({len(problems)} problems)"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=7, help="runs of each query (default 7)")
@@ -280,6 +309,7 @@ def main() -> None:
         md,
     )
 
+    maintenance(idx, messages)  # last: it renumbers 1,000 messages
     del idx
     mixed = make_messages(0.01)
     idx, _, _, _ = build_ours(mixed)
