@@ -4,9 +4,10 @@
   pointed at stderr, so a stray print (ours or a library's) cannot corrupt the stream.
 - stdin is read by a daemon thread with back-pressure (at most a few chunks ahead), which works
   for pipes, files and consoles on every platform.
-- Ends on stdin EOF (after answering what was already asked), SIGTERM or Ctrl-C. Every write
-  the client saw acknowledged was fsynced before the acknowledgement; `service.close()` then
-  runs with those signals ignored so a second signal cannot interrupt it.
+- Ends on stdin EOF (after answering what was already asked), SIGTERM or Ctrl-C. A signal stops
+  reading and gives the requests already read `STOP_GRACE_SECONDS` to finish and be answered; a
+  second signal stops at once. Every write the client saw acknowledged was fsynced before the
+  acknowledgement; `service.close()` then runs with those signals ignored.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ EXIT_OK: Final = 0
 EXIT_ERROR: Final = 1
 EXIT_BUSY: Final = 2
 READ_AHEAD_CHUNKS: Final = 4
+STOP_GRACE_SECONDS: Final = 5.0
+"""After SIGTERM / Ctrl-C: how long requests already read may take to finish and be answered."""
 
 _STOP_SIGNALS: Final = tuple(
     sig
@@ -118,6 +121,7 @@ class _StdinPump:
         self.loop = loop
         self.fd = fd
         self.queue: asyncio.Queue[bytes] = asyncio.Queue()
+        self.closed = False
         self.slots = threading.Semaphore(READ_AHEAD_CHUNKS)
         self.thread = threading.Thread(target=self._run, name="convmem-stdin", daemon=True)
 
@@ -139,12 +143,21 @@ class _StdinPump:
                 return
 
     async def read(self) -> bytes:
+        if self.closed:
+            return b""
         chunk = await self.queue.get()
+        if self.closed:
+            return b""
         if chunk:
             self.slots.release()
         else:
             self.queue.put_nowait(b"")  # EOF stays EOF for any later read
         return chunk
+
+    def close(self) -> None:
+        """From now on reads see end of input (call on the loop's thread)."""
+        self.closed = True
+        self.queue.put_nowait(b"")
 
 
 def _install_stop_handlers(loop: asyncio.AbstractEventLoop, stop: Callable[[], None]) -> None:
@@ -160,17 +173,20 @@ async def _serve(service: MemoryService, out_fd: int, in_fd: int) -> None:
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
+    pump = _StdinPump(loop, in_fd)
     stopping = False
 
     def stop() -> None:
         nonlocal stopping
-        if not stopping:
-            stopping = True
-            logger.info("stop signal received; shutting down")
+        if stopping:  # a second signal: stop now
             task.cancel()
+            return
+        stopping = True
+        logger.info("stop signal: answering requests in progress, then exiting")
+        pump.close()
+        loop.call_later(STOP_GRACE_SECONDS, task.cancel)
 
     _install_stop_handlers(loop, stop)
-    pump = _StdinPump(loop, in_fd)
     pump.start()
 
     async def send(data: bytes) -> None:

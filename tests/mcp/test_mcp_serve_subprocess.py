@@ -206,6 +206,18 @@ def _spawn(data_dir: Path, *extra: str) -> subprocess.Popen[bytes]:
     )
 
 
+def _finish(proc: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
+    """The rest of stdout and stderr, then the exit. Not `communicate()`: it reads the raw pipe
+    and would miss what `readline()` already buffered."""
+    assert proc.stdout is not None and proc.stderr is not None
+    rest = proc.stdout.read()
+    err = proc.stderr.read()
+    proc.wait(timeout=60)
+    if proc.stdin is not None:
+        proc.stdin.close()
+    return rest, err
+
+
 def test_held_lock_gives_one_line_and_status_2(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     with MemoryService.open(data_dir):
@@ -317,14 +329,14 @@ def test_signal_during_writes_keeps_every_acknowledged_write(
                 "message"
             ]["message_id"]
     proc.send_signal(signum)
-    rest, err = proc.communicate(timeout=60)
+    rest, err = _finish(proc)
     for line in rest.splitlines():
         answer = json.loads(line)
         if answer.get("id") and "result" in answer:
             text = answer["result"]["content"][0]["text"]
             acknowledged[answer["id"]] = json.loads(text)["message"]["message_id"]
     assert proc.returncode == 0, err.decode()
-    assert len(acknowledged) >= 30
+    assert len(acknowledged) > 30  # requests in progress at the signal were still answered
     with MemoryService.open(data_dir) as svc:
         stored = {m["message_id"] for m in svc.read_messages(session_id="w", limit=1000)["history"]}
         assert svc.check() == []
@@ -436,7 +448,7 @@ def test_repeated_sigterm_at_random_moments_never_loses_an_acknowledged_write(
                 )
             seen += 1
         proc.send_signal(signal.SIGTERM)
-        rest, err = proc.communicate(timeout=60)
+        rest, err = _finish(proc)
         assert proc.returncode == 0, err.decode()
         for line in rest.splitlines():
             answer = json.loads(line)
