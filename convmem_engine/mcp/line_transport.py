@@ -28,10 +28,10 @@ import anyio
 import anyio.abc
 import mcp_types as types
 import pydantic
+from mcp.server import Server
 from mcp.shared.message import SessionMessage
 
 from convmem_engine.domain import limits as L
-from mcp.server import Server
 
 logger = logging.getLogger(__name__)
 

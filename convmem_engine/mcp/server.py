@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 import mcp_types as types
+from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from convmem_engine.domain.errors import ConvMemError, InternalError
 from convmem_engine.mcp.envelope import error_result, ok_result, validate_arguments
 from convmem_engine.mcp.schemas import INSTRUCTIONS, SERVER_NAME, TOOLS, TOOLS_BY_NAME, ToolSpec
-from mcp.server import Server, ServerRequestContext
 
 if TYPE_CHECKING:
     from convmem_engine.service import MemoryService
