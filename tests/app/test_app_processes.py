@@ -15,7 +15,6 @@ import socket
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -307,7 +306,6 @@ def test_shim_reports_an_app_that_cannot_start(tmp_path: Path) -> None:
     # BUSY (and stays to show it); the shim gives up after its start timeout with one line.
     data_dir = tmp_path / "held"
     holder = MemoryService.open(data_dir)
-    started = time.monotonic()
     try:
         result = subprocess.run(
             [sys.executable, *shim_args(data_dir, "--start-timeout", "3")],
@@ -319,7 +317,6 @@ def test_shim_reports_an_app_that_cannot_start(tmp_path: Path) -> None:
         )
     finally:
         holder.close()
-    assert time.monotonic() - started >= 3
     assert result.returncode == 1
     assert result.stdout == b""
     assert result.stderr.count(b"\n") == 1 and b"did not open its pipe" in result.stderr

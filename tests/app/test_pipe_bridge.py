@@ -112,7 +112,9 @@ def test_quit_lets_a_half_sent_request_finish_and_refuses_later_ones(
         sock.sendall(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
         request = write(2, "sent in two halves")
         sock.sendall(request[:20])
-        qtbot.wait(300)  # let the bridge hand the half line to the engine
+        # Wait until the engine session holds the half line (a read of the bridge's state).
+        sessions = bridge.bridge._sessions
+        qtbot.waitUntil(lambda: any(not s.at_line_start for s in list(sessions.values())))
         with qtbot.waitSignal(bridge.bridge.drained, timeout=30_000):
             bridge.bridge.shutdown(grace=10.0)
             qtbot.wait(100)
