@@ -117,7 +117,7 @@ def test_quit_lets_a_half_sent_request_finish_and_refuses_later_ones(
         qtbot.waitUntil(lambda: any(not s.at_line_start for s in list(sessions.values())))
         with qtbot.waitSignal(bridge.bridge.drained, timeout=30_000):
             bridge.bridge.shutdown(grace=10.0)
-            qtbot.wait(100)
+            qtbot.waitUntil(lambda: not any(s.accepting for s in list(sessions.values())))
             sock.sendall(request[20:] + write(3, "too late"))
             replies = [json.loads(read_line(sock, qtbot, buffer)) for _ in range(2)]
         by_id = {reply["id"]: reply for reply in replies}
