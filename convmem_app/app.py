@@ -266,6 +266,12 @@ class ConvMemApp(QObject):
         if not self.has_tray or not self.minimized:
             self.show_window()
 
+    @property
+    def _handover_command(self) -> str:
+        # A minimised start (the shim, start at login) only checks the running app is there;
+        # a start by the user brings its window to the front.
+        return "status" if self.minimized else "raise"
+
     def _control_status(self) -> dict[str, object]:
         visible = self.window is not None and self.window.isVisible()
         return {"state": self.state, "pid": os.getpid(), "window_visible": visible}
@@ -280,7 +286,7 @@ class ConvMemApp(QObject):
                 self._busy_deadline = now + self.busy_wait
             # Maybe another app is starting up and will answer shortly: hand over to it.
             with contextlib.suppress(OSError):
-                if send_control(endpoint(self.data_dir), "raise", 500) is not None:
+                if send_control(endpoint(self.data_dir), self._handover_command, 500) is not None:
                     self._set_state("handed-over")
                     self._finish()
                     return
@@ -549,8 +555,9 @@ def main(argv: list[str] | None = None) -> int:
 
         with contextlib.suppress(Exception):
             ctypes.windll.user32.AllowSetForegroundWindow(-1)  # type: ignore[attr-defined,unused-ignore]
-    if name is not None and send_control(name, "raise") is not None:
-        print("convmem app: already running for this data dir; raised its window", file=sys.stderr)
+    command = "status" if args.minimized else "raise"
+    if name is not None and send_control(name, command) is not None:
+        print("convmem app: already running for this data dir", file=sys.stderr)
         return EXIT_OK
     app = ConvMemApp(data_dir, minimized=args.minimized)
     app.finished.connect(qapp.exit)

@@ -271,3 +271,27 @@ def test_a_pipe_that_cannot_listen_is_reported(
     assert app.error_window is not None
     assert "XDG_RUNTIME_DIR" in app.error_window.next_label.text()
     MemoryService.open(app.data_dir).close()  # the store was closed again: the lock is free
+
+
+def test_a_minimized_second_start_does_not_raise_the_window(
+    qtbot: QtBot, make_app: MakeApp, with_tray: None
+) -> None:
+    app = started(qtbot, make_app(minimized=True))
+    second = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "convmem_app",
+            "app",
+            "--minimized",
+            "--data-dir",
+            str(app.data_dir),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=child_env(),
+        cwd=ROOT,
+    )
+    qtbot.waitUntil(lambda: second.poll() is not None, timeout=60_000)
+    assert second.returncode == 0  # e.g. started by a shim: it found us and left quietly
+    assert app.window is None
