@@ -31,6 +31,7 @@ from convmem_engine.domain.message import (
     MEMORY_TIERS,
     RELATION_TYPES,
     ROLES,
+    Message,
     Metadata,
     Relation,
 )
@@ -322,6 +323,9 @@ class SearchFilters:
         if self.tiers and metadata.memory_tier not in self.tiers:
             return False
         return not self.tags or self.tags.issubset(metadata.tags)
+
+    def accepts_message(self, msg: Message) -> bool:
+        return self.accepts(msg.metadata)
 
     @property
     def empty(self) -> bool:

@@ -10,9 +10,16 @@ for that reply would hang. Here every line gets an answer or is served:
   next newline and it gets an invalid-request error (-32600) carrying the request's id when the
   id appears before "params" in the first bytes (every SDK client writes it there), else null.
 
-After each of these the session goes on with the next line. At end of input the session first
-waits (up to `DRAIN_SECONDS`) for answers to the requests it has already read, then ends: a
-client that writes a request and closes its side still gets the answer.
+After each of these the session goes on with the next line.
+
+Back-pressure: at most `max_in_flight` requests of one session are in flight (read but not yet
+answered, or answered but not yet sent). At the cap the session stops reading input until an
+answer has been sent, so a host that stops reading its output cannot make the server buffer
+requests and responses without bound: the pipe fills and the host's writes block.
+
+At end of input the session first waits (up to `DRAIN_SECONDS`) for answers to the requests it
+has already read, then ends: a client that writes a request and closes its side still gets the
+answer.
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ MAX_LINE_BYTES: Final = 6 * (L.CONTENT_MAX_BYTES + L.METADATA_JSON_MAX_BYTES) + 
 metadata_json in which every byte is escaped as \\u00XX (6 bytes each): 12 MiB plus framing."""
 
 READ_CHUNK_BYTES: Final = 64 * 1024
+MAX_IN_FLIGHT: Final = 64
+"""Requests of one session read and not yet answered (sent) before reading pauses."""
 DRAIN_SECONDS: Final = 60.0
 HEAD_BYTES: Final = 4096
 
@@ -88,10 +97,17 @@ def _id_from_head(head: bytes) -> str | int | None:
 
 
 class _LineSession:
-    def __init__(self, server: Server[Any], send: Send, max_line_bytes: int) -> None:
+    def __init__(
+        self, server: Server[Any], send: Send, max_line_bytes: int, max_in_flight: int
+    ) -> None:
+        if max_in_flight < 1:
+            raise ValueError("max_in_flight must be at least 1")
         self.server = server
         self.send = send
         self.max_line_bytes = max_line_bytes
+        self.max_in_flight = max_in_flight
+        self.in_flight = 0  # == sum(self.pending.values())
+        self.progress = anyio.Event()  # set whenever a request is settled
         self.send_lock = anyio.Lock()
         self.broken = False
         self.pending: Counter[str | int] = Counter()
@@ -120,6 +136,8 @@ class _LineSession:
         key = request_id
         if self.pending[key] > 0:
             self.pending[key] -= 1
+            self.in_flight -= 1
+            self.progress.set()
             if self.pending[key] == 0:
                 del self.pending[key]
         if not self.pending:
@@ -151,7 +169,11 @@ class _LineSession:
             await self.reject(text, exc)
             return
         if isinstance(message, types.JSONRPCRequest):
+            await self.wait_for_room()
+            if self.broken:
+                return
             self.pending[message.id] += 1
+            self.in_flight += 1
             self.settled = anyio.Event()
         elif isinstance(message, types.JSONRPCNotification) and (
             message.method == "notifications/cancelled"
@@ -159,6 +181,12 @@ class _LineSession:
             params = message.params or {}
             self._settle(_request_id(params.get("requestId")))
         await self.to_server.send(SessionMessage(message))
+
+    async def wait_for_room(self) -> None:
+        """Block reading while `max_in_flight` requests are unanswered."""
+        while self.in_flight >= self.max_in_flight and not self.broken:
+            self.progress = anyio.Event()
+            await self.progress.wait()
 
     async def reject(self, text: str, exc: pydantic.ValidationError) -> None:
         if any(error["type"] == "json_invalid" for error in exc.errors()):
@@ -261,9 +289,10 @@ async def serve_chunks(
     send: Send,
     *,
     max_line_bytes: int = MAX_LINE_BYTES,
+    max_in_flight: int = MAX_IN_FLIGHT,
 ) -> None:
     """Serve one MCP session; `read_chunk()` returns the next bytes, b"" at end of input."""
-    await _LineSession(server, send, max_line_bytes).run(read_chunk)
+    await _LineSession(server, send, max_line_bytes, max_in_flight).run(read_chunk)
 
 
 async def serve_lines(
@@ -272,15 +301,20 @@ async def serve_lines(
     send: Send,
     *,
     max_line_bytes: int = MAX_LINE_BYTES,
+    max_in_flight: int = MAX_IN_FLIGHT,
 ) -> None:
     """Serve one MCP session over an `asyncio.StreamReader` (or anything with `async read(n)`).
 
     `send` gets complete lines (bytes ending in b"\\n"), one call at a time. Returns when the
     reader reaches end of input and the requests already read are answered, or when `send`
-    fails (the peer is gone). Any number may run at once over one server.
+    fails (the peer is gone). At most `max_in_flight` requests are unanswered at a time:
+    reading pauses at the cap (back-pressure on a host that stops reading). Any number may run
+    at once over one server.
     """
 
     async def read_chunk() -> bytes:
         return await reader.read(READ_CHUNK_BYTES)
 
-    await serve_chunks(server, read_chunk, send, max_line_bytes=max_line_bytes)
+    await serve_chunks(
+        server, read_chunk, send, max_line_bytes=max_line_bytes, max_in_flight=max_in_flight
+    )

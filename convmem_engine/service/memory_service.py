@@ -73,6 +73,7 @@ class MemoryService:
         clock: Callable[[], int] = utc_millis,
         response_budget: int = limits.RESPONSE_BUDGET_BYTES,
         background_search_from: int = BACKGROUND_SEARCH_FROM,
+        search_index_factory: Callable[[], SearchIndex] = SearchIndex,
     ) -> None:
         """Wrap an open store (prefer `MemoryService.open`). Builds every index.
 
@@ -80,7 +81,9 @@ class MemoryService:
         a background thread: the service is usable at once, and `search_messages`,
         `get_system_health` and `rebuild_index` wait until that build is done. Writes made
         meanwhile are queued and applied to the index when it is. `clock` (UTC milliseconds)
-        and `response_budget` (bytes) are seams for tests.
+        and `response_budget` (bytes) are seams for tests, and so is `search_index_factory`
+        (makes each new, empty search index; a subclass can inject a failure, like the store's
+        `FileSystem` seam).
         """
         self._store = store
         self._budget = response_budget
@@ -90,7 +93,8 @@ class MemoryService:
         self._events = EventHub()
         self._history = HistoryIndex()
         self._relations = RelationIndex()
-        self._search = SearchIndex()
+        self._new_search_index = search_index_factory
+        self._search = search_index_factory()
         self._search_ready = threading.Event()
         # Changes made while the search index builds in the background, applied when it is.
         self._search_pending: list[tuple[str, Message, Message | None]] | None = None
@@ -101,6 +105,12 @@ class MemoryService:
         # Built on the first health call (not at open), then maintained by every change.
         self._accounting: MessageAccounting | None = None
         self._accounting_lock = threading.Lock()
+        # Set when an index update failed after its change was stored (see `_recover`);
+        # reported as health `last_error` (DEGRADED) until rebuild_index succeeds.
+        self._index_error = ""
+        # Set when rebuilding the indexes after such a failure failed too: the indexes are
+        # not usable; every operation but get_system_health and rebuild_index refuses.
+        self._indexes_broken = False
         self._closed = False
         self._build_indexes(background=True)
 
@@ -113,6 +123,7 @@ class MemoryService:
         clock: Callable[[], int] = utc_millis,
         response_budget: int = limits.RESPONSE_BUDGET_BYTES,
         background_search_from: int = BACKGROUND_SEARCH_FROM,
+        search_index_factory: Callable[[], SearchIndex] = SearchIndex,
     ) -> MemoryService:
         """Open the store in `data_dir` and build the indexes.
 
@@ -125,6 +136,7 @@ class MemoryService:
                 clock=clock,
                 response_budget=response_budget,
                 background_search_from=background_search_from,
+                search_index_factory=search_index_factory,
             )
         except BaseException:
             store.close()
@@ -162,7 +174,7 @@ class MemoryService:
         if messages:
             # New ids must sort after every id the store holds, whatever the clock says now.
             self._ids.observe(max(messages))
-        self._search = SearchIndex()
+        self._search = self._new_search_index()
         self._search_error = ""
         if background and len(messages) >= self._background_search_from:
             self._search_ready.clear()
@@ -259,9 +271,56 @@ class MemoryService:
                 self._accounting = acc
             return self._accounting
 
-    def _check_open(self) -> None:
+    def _check_closed(self) -> None:
         if self._closed:
             raise InternalError("service: closed")
+
+    def _check_open(self) -> None:
+        self._check_closed()
+        if self._indexes_broken:
+            raise InternalError(
+                "indexes: could not be rebuilt after a failed update; run rebuild_index"
+            )
+
+    def _apply_to_indexes(self, change: Callable[[], None], what: str) -> bool:
+        """Caller holds the write lock and has just stored a change: apply it to the indexes.
+
+        The store is the truth. If an index update fails (e.g. MemoryError) the indexes may
+        hold half the change, so they are rebuilt from the store and the failure is kept as
+        `last_error` (health DEGRADED) until rebuild_index succeeds. The change itself is
+        durable and visible, so the caller's request still succeeds. If the rebuild fails
+        too, the indexes are marked broken (every operation but get_system_health and
+        rebuild_index raises INTERNAL_ERROR) and this returns False: the caller raises
+        INTERNAL_ERROR once its change is durable."""
+        try:
+            change()
+            return True
+        except Exception as exc:
+            log.error("index update after %s failed: %s", what, type(exc).__name__)
+            self._index_error = (
+                f"indexes: update after {what} failed ({type(exc).__name__}); "
+                "rebuilt from the store"
+            )
+        try:
+            self._build_indexes(background=False)
+            return True
+        except Exception as exc:
+            log.error("index rebuild after a failed update failed: %s", type(exc).__name__)
+            self._indexes_broken = True
+            self._index_error = (
+                f"indexes: update after {what} failed and rebuilding them failed "
+                f"({type(exc).__name__}); run rebuild_index"
+            )
+            self._search_ready.set()
+            return False
+
+    @staticmethod
+    def _after_index_failure(ok: bool) -> None:
+        if not ok:
+            raise InternalError(
+                "indexes: the change was stored but the indexes could not be rebuilt; "
+                "run rebuild_index"
+            )
 
     def _state(self) -> views.ReadState:
         return views.ReadState(self._store.messages, self._history, self._relations, self._budget)
@@ -311,8 +370,10 @@ class MemoryService:
             msg = Message(mid, sid, ts, role_, text, 1, ts, metadata)
             seq = self._store.write_put(msg)
             msg = self._store.get(mid) or msg  # the store may share its default metadata
-            self._index_add(msg)
+            stored = msg
+            ok = self._apply_to_indexes(lambda: self._index_add(stored), "a write")
         self._finish(seq, ChangeEvent("write", mid, sid))
+        self._after_index_failure(ok)
         return {"status": "OK", "message": msg.to_json()}
 
     # -- update_message ----------------------------------------------------------------------
@@ -360,8 +421,10 @@ class MemoryService:
             )
             seq = self._store.write_update(new)
             new = self._store.get(mid) or new
-            self._index_replace(old, new)
+            stored = new
+            ok = self._apply_to_indexes(lambda: self._index_replace(old, stored), "an update")
         self._finish(seq, ChangeEvent("update", mid, new.session_id))
+        self._after_index_failure(ok)
         return {"status": "OK", "changed": True, "message": new.to_json()}
 
     # -- read_messages -----------------------------------------------------------------------
@@ -480,15 +543,11 @@ class MemoryService:
             default=limits.SEARCH_LIMIT_DEFAULT,
         )
 
+        # Session scope and importance floor go to the index as keywords (its per-session and
+        # per-importance lists cut the work); only kinds/tiers/tags need a per-message test.
         accept: Callable[[Message], bool] | None = None
-        if sid is not None or floor > limits.IMPORTANCE_MIN or not filters.empty:
-
-            def accept(msg: Message) -> bool:
-                return (
-                    (sid is None or msg.session_id == sid)
-                    and msg.metadata.importance >= floor
-                    and filters.accepts(msg.metadata)
-                )
+        if not filters.empty:
+            accept = filters.accepts_message
 
         self._wait_for_search()
         with self._lock.read():
@@ -496,7 +555,9 @@ class MemoryService:
             if self._search_error:
                 raise InternalError(self._search_error)
             messages = self._store.messages
-            hits = self._search.search(q, messages, accept=accept, limit=limit_)
+            hits = self._search.search(
+                q, messages, accept=accept, limit=limit_, session_id=sid, min_importance=floor
+            )
             budget = Budget(_RESULTS_RESERVE, self._budget)
             results: list[dict[str, Any]] = []
             for hit in hits:
@@ -535,8 +596,9 @@ class MemoryService:
             if msg is None or (guard is not None and msg.session_id != guard):
                 return {"status": "NOT_FOUND"}
             seq = self._store.write_delete(mid)
-            self._index_remove(msg)
+            ok = self._apply_to_indexes(lambda: self._index_remove(msg), "a delete")
         self._finish(seq, ChangeEvent("delete", mid, msg.session_id))
+        self._after_index_failure(ok)
         return {"status": "OK"}
 
     # -- rebuild_index -----------------------------------------------------------------------
@@ -544,9 +606,21 @@ class MemoryService:
     def rebuild_index(self) -> dict[str, Any]:
         self._wait_for_search()
         with self._lock.write():
-            self._check_open()
+            self._check_closed()
             result = self._store.compact()
-            self._build_indexes(background=False)
+            try:
+                self._build_indexes(background=False)
+            except Exception as exc:
+                log.error("index rebuild failed: %s", type(exc).__name__)
+                self._indexes_broken = True
+                self._index_error = f"indexes: rebuild failed ({type(exc).__name__})"
+                self._search_ready.set()
+                raise InternalError(
+                    "rebuild_index: the store was compacted but the indexes could not be "
+                    "rebuilt; run rebuild_index again"
+                ) from None
+            self._indexes_broken = False
+            self._index_error = ""
             indexed = len(self._store.messages)
         self._events.publish(ChangeEvent("rebuild", None, None))
         return {
@@ -562,8 +636,11 @@ class MemoryService:
     def get_system_health(self) -> dict[str, Any]:
         self._wait_for_search()
         with self._lock.read():
-            self._check_open()
+            self._check_closed()
             stats = self._store.stats()
+            last_error = "; ".join(
+                e for e in (stats.last_error, self._index_error, self._search_error) if e
+            )
             acc = self._message_accounting()
             store_entries = (
                 acc.entry_bytes
@@ -588,7 +665,7 @@ class MemoryService:
                 "relation_index_bytes": relation_bytes,
             }
             return {
-                "status": "DEGRADED" if stats.last_error else "OK",
+                "status": "DEGRADED" if last_error else "OK",
                 "format_version": stats.format_version,
                 "log_size": stats.log_size,
                 "snapshot_size": stats.snapshot_size,
@@ -602,7 +679,7 @@ class MemoryService:
                 "io": stats.io.to_json(),
                 "recovered_tail": stats.recovered_tail,
                 "snapshot_valid": stats.snapshot_valid,
-                "last_error": stats.last_error,
+                "last_error": last_error,
             }
 
     # -- for tests and tools -----------------------------------------------------------------

@@ -7,6 +7,7 @@ The server side runs `serve_lines` on one end of a real socketpair; clients are 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import socket
 from collections.abc import Iterator
@@ -299,3 +300,71 @@ def test_largest_valid_request_fits_under_the_line_cap(service: MemoryService) -
     assert result.get("isError") is not True
     [stored] = service.read_messages(session_id="raw")["history"]
     assert stored["content"] == content
+
+
+def test_a_host_that_stops_reading_stops_the_session_reading(service: MemoryService) -> None:
+    """While `max_in_flight` answers are unsent (the host does not read its output), the
+    session reads no further requests; once the host reads again, every request is answered."""
+    from convmem_engine.mcp import serve_chunks
+
+    server = build_server(service)
+    cap, total = 4, 200
+    lines = [INIT] + [_write(i, f"w{i}") for i in range(1, total + 1)]
+    fed = 0
+    out: list[bytes] = []
+    host_reads = anyio.Event()
+
+    async def read_chunk() -> bytes:
+        nonlocal fed
+        if fed == len(lines):
+            return b""
+        fed += 1
+        return lines[fed - 1]
+
+    async def send(data: bytes) -> None:
+        await host_reads.wait()  # the host is not reading: the send blocks
+        out.append(data)
+
+    async def scenario() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(
+                functools.partial(serve_chunks, server, read_chunk, send, max_in_flight=cap)
+            )
+            # Wait until the session, the server and the worker threads have nothing to do.
+            for _ in range(50):
+                await anyio.wait_all_tasks_blocked()
+                await anyio.sleep(0.01)
+            # The initialize request plus at most `cap` further requests were read; without
+            # the cap every one of the 200 would be read and its answer held in memory.
+            assert fed <= 1 + cap + 1
+            assert out == []
+            host_reads.set()
+        answered = {json.loads(line)["id"] for line in out}
+        assert answered == {"init", *range(1, total + 1)}
+
+    anyio.run(scenario)
+    assert len(service.read_messages(session_id="raw", limit=1000)["history"]) == total
+
+
+def test_in_flight_cap_of_one_still_serves_a_whole_session(service: MemoryService) -> None:
+    from convmem_engine.mcp import serve_lines
+
+    server = build_server(service)
+
+    async def scenario() -> list[dict[str, Any]]:
+        reader = asyncio.StreamReader()
+        reader.feed_data(INIT + b"".join(_write(i, f"w{i}") for i in range(1, 21)))
+        reader.feed_eof()
+        out: list[bytes] = []
+
+        async def send(data: bytes) -> None:
+            out.append(data)
+
+        await asyncio.wait_for(serve_lines(server, reader, send, max_in_flight=1), 30)
+        return [json.loads(line) for line in out]
+
+    answers = anyio.run(scenario)
+    assert [a["id"] for a in answers] == ["init", *range(1, 21)]
+    with pytest.raises(ValueError):
+        bad = functools.partial(serve_lines, server, None, None, max_in_flight=0)  # type: ignore[arg-type]
+        anyio.run(bad)
