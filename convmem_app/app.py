@@ -25,11 +25,21 @@ import os
 import signal
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QEvent, QObject, QSettings, QSocketNotifier, QTimer, Signal
+from PySide6.QtCore import (
+    QEvent,
+    QObject,
+    QSettings,
+    QSocketNotifier,
+    Qt,
+    QTimer,
+    Signal,
+    SignalInstance,
+)
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtNetwork import QLocalSocket
 from PySide6.QtWidgets import QApplication
@@ -126,6 +136,15 @@ class _CloseWatcher(QObject):
 # ---- the app --------------------------------------------------------------------------------
 
 
+def _log_worker_failure(future: concurrent.futures.Future[None]) -> None:
+    """A worker function reports its own errors through a signal; anything escaping that (a
+    bug) would otherwise sit unseen in a Future nobody reads."""
+    if not future.cancelled() and (exc := future.exception()) is not None:
+        # The frames, not the message: an exception's text may quote stored content.
+        frames = "".join(traceback.format_tb(exc.__traceback__))
+        log.error("background work failed: %s\n%s", type(exc).__name__, frames)
+
+
 def default_settings() -> QSettings:
     return QSettings(QSettings.Format.IniFormat, QSettings.Scope.UserScope, "ConvMem", "ConvMem")
 
@@ -185,10 +204,12 @@ class ConvMemApp(QObject):
         self.tray.login_action.setChecked(self.start_at_login)
         self.tray.startAtLoginToggled.connect(self.set_start_at_login)
 
-        self._opened.connect(self._on_opened)
-        self._openFailed.connect(self._on_open_failed)
-        self._healthReady.connect(self._on_health)
-        self._rebuildDone.connect(self._on_rebuild_done)
+        # Emitted on worker and writer threads: queued, so the slots run on the GUI thread.
+        queued = Qt.ConnectionType.QueuedConnection
+        self._opened.connect(self._on_opened, queued)
+        self._openFailed.connect(self._on_open_failed, queued)
+        self._healthReady.connect(self._on_health, queued)
+        self._rebuildDone.connect(self._on_rebuild_done, queued)
         self._health_timer = QTimer(self)
         self._health_timer.setInterval(HEALTH_INTERVAL_MS)
         self._health_timer.timeout.connect(self.refresh_health)
@@ -196,7 +217,7 @@ class ConvMemApp(QObject):
         self._change_timer.setSingleShot(True)
         self._change_timer.setInterval(500)
         self._change_timer.timeout.connect(self.refresh_health)
-        self._storeChanged.connect(self._change_timer.start)
+        self._storeChanged.connect(self._change_timer.start, queued)
 
     # ---- startup ----
 
@@ -215,7 +236,7 @@ class ConvMemApp(QObject):
         if self.engine is None:
             self.engine = EngineThread()
             self.engine.start()
-        self._workers.submit(self._open_worker)
+        self._workers.submit(self._open_worker).add_done_callback(_log_worker_failure)
 
     def _open_worker(self) -> None:
         try:
@@ -301,7 +322,7 @@ class ConvMemApp(QObject):
             self._finish()
             return
         self._set_state("starting")
-        self._workers.submit(self._open_worker)
+        self._workers.submit(self._open_worker).add_done_callback(_log_worker_failure)
 
     def _show_problem(self, exc: BaseException) -> None:
         self._busy_deadline = None
@@ -367,16 +388,20 @@ class ConvMemApp(QObject):
         if self.service is None or self._health_pending or self._quitting:
             return
         self._health_pending = True
-        service = self.service
+        self._call_in_worker(self.service.get_system_health, self._healthReady)
 
-        def check() -> None:
+    def _call_in_worker(self, call: Callable[[], object], done: SignalInstance) -> None:
+        """Run `call` on a worker thread; `done` carries its result, or the exception it raised,
+        back to the GUI thread."""
+
+        def work() -> None:
             try:
-                result: object = service.get_system_health()
+                result: object = call()
             except Exception as exc:
                 result = exc
-            self._healthReady.emit(result)
+            done.emit(result)
 
-        self._workers.submit(check)
+        self._workers.submit(work).add_done_callback(_log_worker_failure)
 
     def _on_health(self, result: object) -> None:
         self._health_pending = False
@@ -391,16 +416,7 @@ class ConvMemApp(QObject):
             return
         self._rebuilding = True
         self.tray.rebuild_action.setEnabled(False)
-        service = self.service
-
-        def rebuild() -> None:
-            try:
-                result: object = service.rebuild_index()
-            except Exception as exc:
-                result = exc
-            self._rebuildDone.emit(result)
-
-        self._workers.submit(rebuild)
+        self._call_in_worker(self.service.rebuild_index, self._rebuildDone)
 
     def _on_rebuild_done(self, result: object) -> None:
         self._rebuilding = False

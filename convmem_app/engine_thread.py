@@ -10,11 +10,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 class EngineThread:
@@ -39,8 +42,10 @@ class EngineThread:
         try:
             self.loop.run_forever()
         finally:
-            with contextlib.suppress(Exception):
+            try:
                 self._cancel_remaining()
+            except Exception as exc:  # the loop closes anyway; say why its tasks did not end
+                log.error("engine loop shutdown failed: %s", type(exc).__name__)
             self.loop.close()
 
     def _cancel_remaining(self) -> None:

@@ -359,11 +359,6 @@ class PipeBridge(QObject):
             session.writable.set()
             self._e_end_input(session)
 
-    def _e_eof(self, cid: int) -> None:
-        session = self._sessions.get(cid)
-        if session is not None:
-            self._e_end_input(session)
-
     @staticmethod
     def _e_end_input(session: _EngineSession) -> None:
         if not session.eof:
