@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import (
@@ -63,18 +62,6 @@ TAB_BROWSE, TAB_SEARCH, TAB_MAINTENANCE = range(3)
 DETAIL_MESSAGE, DETAIL_EDIT, DETAIL_CONTEXT = range(3)
 
 
-def freeze_heap() -> None:
-    """Move every object alive now (the service's store and indexes) out of the collector's reach.
-
-    With a large store a full (generation 2) collection walks millions of index objects while
-    holding the GIL: measured 130–240 ms on the 258,145-message corpus, triggered on whatever
-    thread allocates, so the GUI froze during a rebuild. Frozen objects are still freed by
-    reference counting when dropped; only garbage *cycles* among them would linger, and the
-    store's values are acyclic. `gc.freeze()` itself is a constant-time list splice.
-    """
-    gc.freeze()
-
-
 def default_settings() -> QSettings:
     """Ini-format user settings under the ConvMem organisation/application name."""
     return QSettings(
@@ -132,7 +119,6 @@ class MemoryBrowser(QMainWindow):
         self._default_size()
         self.restore_state()
         self.bridge.start()
-        freeze_heap()
         self.sessions_model.reload()
 
     # --- construction ---
@@ -580,10 +566,8 @@ class MemoryBrowser(QMainWindow):
             and (self.history_model.row_of(mid) >= 0 or self.editor.message is not None)
         ):
             self._fetch_then(mid, self._message_updated)
-        elif kind == "rebuild":
-            freeze_heap()  # the rebuilt indexes are long-lived too
-            if self.history_model.session_id is not None:
-                self.history_model.refresh()
+        elif kind == "rebuild" and self.history_model.session_id is not None:
+            self.history_model.refresh()
         # throttled, not debounced: a steady stream of writes still refreshes every interval
         if not self._sessions_timer.isActive():
             self._sessions_timer.start()
