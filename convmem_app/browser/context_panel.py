@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 
 from convmem_app.browser import format as fmt
 from convmem_app.browser.jobs import Job, JobRunner
+from convmem_app.browser.service_panel import ServicePanel
 from convmem_engine.domain import limits
 from convmem_engine.domain.message import RELATION_TYPES
 
@@ -29,16 +30,14 @@ if TYPE_CHECKING:
 TARGET_ROLE = Qt.ItemDataRole.UserRole + 10  # (message_id, session_id) of a navigable item
 
 
-class ContextPanel(QWidget):
+class ContextPanel(ServicePanel):
     openRequested = Signal(str, str)  # message_id, session_id
     loaded = Signal()
 
     def __init__(
         self, service: MemoryService, runner: JobRunner, parent: QWidget | None = None
     ) -> None:
-        super().__init__(parent)
-        self._service = service
-        self._runner = runner
+        super().__init__(service, runner, parent)
         self._job: Job | None = None
         self.message_id: str | None = None
         self.result: dict[str, Any] | None = None

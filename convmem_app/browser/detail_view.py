@@ -28,20 +28,19 @@ from convmem_app.browser import format as fmt
 from convmem_app.browser.calls import fetch_content
 from convmem_app.browser.history_model import CLIPPED
 from convmem_app.browser.jobs import Job, JobRunner
+from convmem_app.browser.service_panel import ServicePanel
 
 if TYPE_CHECKING:
     from convmem_engine.service import MemoryService
 
 
-class MessageDetail(QWidget):
+class MessageDetail(ServicePanel):
     contentLoaded = Signal(str)  # message id whose full content is now shown
 
     def __init__(
         self, service: MemoryService, runner: JobRunner, parent: QWidget | None = None
     ) -> None:
-        super().__init__(parent)
-        self._service = service
-        self._runner = runner
+        super().__init__(service, runner, parent)
         self._job: Job | None = None
         self.message: dict[str, Any] | None = None
 

@@ -22,6 +22,7 @@ from convmem_app.browser import format as fmt
 from convmem_app.browser import theme
 from convmem_app.browser.jobs import Job, JobRunner
 from convmem_app.browser.memory_chart import PARTS, MemoryChart
+from convmem_app.browser.service_panel import ServicePanel
 
 if TYPE_CHECKING:
     from convmem_engine.service import MemoryService
@@ -67,7 +68,7 @@ def _form_label() -> QLabel:
     return label
 
 
-class MaintenancePanel(QWidget):
+class MaintenancePanel(ServicePanel):
     rebuildFinished = Signal(dict)
     rebuildFailed = Signal(str)
     healthLoaded = Signal(dict)
@@ -75,9 +76,7 @@ class MaintenancePanel(QWidget):
     def __init__(
         self, service: MemoryService, runner: JobRunner, parent: QWidget | None = None
     ) -> None:
-        super().__init__(parent)
-        self._service = service
-        self._runner = runner
+        super().__init__(service, runner, parent)
         self._rebuild_job: Job | None = None
         self._health_job: Job | None = None
         self._health_again = False

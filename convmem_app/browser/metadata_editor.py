@@ -28,6 +28,7 @@ from convmem_app.browser.calls import fetch_message
 from convmem_app.browser.conflict_dialog import ConflictDialog
 from convmem_app.browser.jobs import JobRunner
 from convmem_app.browser.metadata_form import MetadataForm, split_lines, split_tags, validate
+from convmem_app.browser.service_panel import ServicePanel
 from convmem_engine.domain import ConflictError, ConvMemError, limits
 from convmem_engine.domain.message import MEMORY_KINDS, MEMORY_TIERS, RELATION_TYPES
 
@@ -35,16 +36,14 @@ if TYPE_CHECKING:
     from convmem_engine.service import MemoryService
 
 
-class MetadataEditor(QWidget):
+class MetadataEditor(ServicePanel):
     saved = Signal(dict)  # the stored message after a successful save
     conflictShown = Signal(object)  # the ConflictDialog, once open
 
     def __init__(
         self, service: MemoryService, runner: JobRunner, parent: QWidget | None = None
     ) -> None:
-        super().__init__(parent)
-        self._service = service
-        self._runner = runner
+        super().__init__(service, runner, parent)
         self.message: dict[str, Any] | None = None
         self.conflict_dialog: ConflictDialog | None = None
         self._saving = False

@@ -9,21 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import (
-    QAbstractTableModel,
-    QModelIndex,
-    QObject,
-    QPersistentModelIndex,
-    Qt,
-    QTimer,
-    Signal,
-)
+from PySide6.QtCore import QModelIndex, QObject, Qt, QTimer, Signal
 
 from convmem_app.browser.jobs import Job, JobRunner
+from convmem_app.browser.table_model import AnyIndex, HeaderTableModel
 
 Row = dict[str, Any]
 Page = tuple[list[Row], str | None]
-AnyIndex = QModelIndex | QPersistentModelIndex
 
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1  # raw value for sorting
 KEY_ROLE = Qt.ItemDataRole.UserRole + 2  # the row's id (session_id / message_id)
@@ -31,7 +23,7 @@ ROW_ROLE = Qt.ItemDataRole.UserRole + 3  # the whole row dict
 FILTER_ROLE = Qt.ItemDataRole.UserRole + 4  # text the filter proxy matches against
 
 
-class PagedTableModel(QAbstractTableModel):
+class PagedTableModel(HeaderTableModel):
     loadingChanged = Signal(bool)
     pageLoaded = Signal(int)  # number of rows now loaded
     refreshed = Signal()
@@ -40,7 +32,6 @@ class PagedTableModel(QAbstractTableModel):
     PAGE_SIZE = 200
     BULK_PAGE_SIZE = 1000  # pages read by load_all()
     LOAD_ALL_CAP = 50_000  # load_all() stops here; beyond it sort/filter see the loaded rows
-    HEADERS: tuple[str, ...] = ()
 
     def __init__(self, runner: JobRunner, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -67,18 +58,8 @@ class PagedTableModel(QAbstractTableModel):
 
     # --- Qt model API ---
 
-    def rowCount(self, parent: AnyIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self._rows)
-
-    def columnCount(self, parent: AnyIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self.HEADERS)
-
-    def headerData(
-        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
-    ) -> Any:
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
-            return self.HEADERS[section]
-        return None
+    def row_total(self) -> int:
+        return len(self._rows)
 
     def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid() or index.row() >= len(self._rows):

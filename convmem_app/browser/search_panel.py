@@ -8,10 +8,8 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import (
-    QAbstractTableModel,
     QModelIndex,
     QObject,
-    QPersistentModelIndex,
     QRectF,
     QSize,
     Qt,
@@ -49,13 +47,14 @@ from convmem_app.browser import theme
 from convmem_app.browser.jobs import Job, JobRunner
 from convmem_app.browser.metadata_form import split_tags
 from convmem_app.browser.paged_model import KEY_ROLE, ROW_ROLE
+from convmem_app.browser.service_panel import ServicePanel
+from convmem_app.browser.table_model import AnyIndex, HeaderTableModel
 from convmem_engine.domain import limits
 from convmem_engine.domain.message import MEMORY_KINDS, MEMORY_TIERS
 
 if TYPE_CHECKING:
     from convmem_engine.service import MemoryService
 
-AnyIndex = QModelIndex | QPersistentModelIndex
 HTML_ROLE = Qt.ItemDataRole.UserRole + 20
 HTML_SELECTED_ROLE = Qt.ItemDataRole.UserRole + 21  # the same without a background colour
 SNIPPET_CHARS = 180
@@ -96,7 +95,7 @@ def snippet(text: str, terms: list[str], width: int = SNIPPET_CHARS) -> str:
     return ("…" if start else "") + piece + ("…" if start + width < len(flat) else "")
 
 
-class SearchResultsModel(QAbstractTableModel):
+class SearchResultsModel(HeaderTableModel):
     HEADERS = ("Score", "Matched", "Session", "Time", "Kind", "Tier", "Imp.", "Match")
     COL_MATCH = 7
 
@@ -112,18 +111,8 @@ class SearchResultsModel(QAbstractTableModel):
         self.terms = query_terms(query)
         self.endResetModel()
 
-    def rowCount(self, parent: AnyIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self.results)
-
-    def columnCount(self, parent: AnyIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self.HEADERS)
-
-    def headerData(
-        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
-    ) -> Any:
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
-            return self.HEADERS[section]
-        return None
+    def row_total(self) -> int:
+        return len(self.results)
 
     def _match_text(self, r: dict[str, Any]) -> str:
         matched = r.get("matched_fields", [])
@@ -200,7 +189,7 @@ class HighlightDelegate(QStyledItemDelegate):
         return QSize(size.width(), max(size.height(), option.fontMetrics.height() + 6))
 
 
-class SearchPanel(QWidget):
+class SearchPanel(ServicePanel):
     openRequested = Signal(str, str)  # message_id, session_id
     searched = Signal(int)  # number of results shown
     searchFailed = Signal(str)
@@ -208,9 +197,7 @@ class SearchPanel(QWidget):
     def __init__(
         self, service: MemoryService, runner: JobRunner, parent: QWidget | None = None
     ) -> None:
-        super().__init__(parent)
-        self._service = service
-        self._runner = runner
+        super().__init__(service, runner, parent)
         self._job: Job | None = None
         self.current_session: str | None = None
 
@@ -236,18 +223,15 @@ class SearchPanel(QWidget):
         top.addWidget(self.query, 1)
         top.addWidget(self.search_button)
         filters = QGridLayout()
-        filters.addWidget(QLabel("Kinds:"), 0, 0)
-        kinds_row = QHBoxLayout()
-        for box in self.kind_boxes.values():
-            kinds_row.addWidget(box)
-        kinds_row.addStretch(1)
-        filters.addLayout(kinds_row, 0, 1, 1, 5)
-        filters.addWidget(QLabel("Tiers:"), 1, 0)
-        tiers_row = QHBoxLayout()
-        for box in self.tier_boxes.values():
-            tiers_row.addWidget(box)
-        tiers_row.addStretch(1)
-        filters.addLayout(tiers_row, 1, 1, 1, 5)
+        for line, (label, boxes) in enumerate(
+            (("Kinds:", self.kind_boxes), ("Tiers:", self.tier_boxes))
+        ):
+            filters.addWidget(QLabel(label), line, 0)
+            boxes_row = QHBoxLayout()
+            for box in boxes.values():
+                boxes_row.addWidget(box)
+            boxes_row.addStretch(1)
+            filters.addLayout(boxes_row, line, 1, 1, 5)
         tags_label = QLabel("&Tags:")
         tags_label.setBuddy(self.tags)
         filters.addWidget(tags_label, 2, 0)
