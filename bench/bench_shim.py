@@ -17,10 +17,8 @@ Usage: python bench/bench_shim.py [--starts N] [--writes N] [--markdown]
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,50 +28,19 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The app tests' helpers: the same child environment, control messages and wire lines.
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "app")
+)
 
 import anyio
+from app_helpers import child_env, control, initialize_request, lines
 from corpus import load_corpus
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from convmem_app.paths import endpoint
-
 ROOT = Path(__file__).resolve().parent.parent
-INITIALIZE = (
-    json.dumps(
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "bench", "version": "0"},
-            },
-        }
-    ).encode()
-    + b"\n"
-)
-
-
-def env() -> dict[str, str]:
-    result = dict(os.environ)
-    result["QT_QPA_PLATFORM"] = "offscreen"
-    result.pop("CONVMEM_DATA_DIR", None)
-    return result
-
-
-def control(data_dir: Path, command: str) -> dict[str, object] | None:
-    with socket.socket(socket.AF_UNIX) as sock:
-        sock.settimeout(10)
-        try:
-            sock.connect(endpoint(data_dir))
-        except OSError:
-            return None
-        sock.sendall(json.dumps({"convmem_control": command}).encode() + b"\n")
-        data = sock.recv(4096)
-    answer = json.loads(data) if data else None
-    return answer if isinstance(answer, dict) else None
+INITIALIZE = lines(initialize_request("bench"))
 
 
 def first_byte_ms(command: list[str], send: bytes | None) -> float:
@@ -84,7 +51,7 @@ def first_byte_ms(command: list[str], send: bytes | None) -> float:
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
-        env=env(),
+        env=child_env(),
         cwd=ROOT,
     )
     assert process.stdin is not None and process.stdout is not None
@@ -115,10 +82,12 @@ async def round_trips(app_dir: Path, serve_dir: Path, writes: int) -> dict[str, 
     corpus = load_corpus()
     py = sys.executable
     via_shim = StdioServerParameters(
-        command=py, args=["-m", "convmem_app", "shim", "--data-dir", str(app_dir)], env=env()
+        command=py, args=["-m", "convmem_app", "shim", "--data-dir", str(app_dir)], env=child_env()
     )
     via_serve = StdioServerParameters(
-        command=py, args=["-m", "convmem_app", "serve", "--data-dir", str(serve_dir)], env=env()
+        command=py,
+        args=["-m", "convmem_app", "serve", "--data-dir", str(serve_dir)],
+        env=child_env(),
     )
     timings: dict[str, list[float]] = {"shim": [], "serve": []}
     with open(os.devnull, "w") as errlog:
@@ -162,7 +131,7 @@ def main() -> int:
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=log,
-        env=env(),
+        env=child_env(),
         cwd=ROOT,
     )
     try:

@@ -9,10 +9,10 @@ import subprocess
 import sys
 import time
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import mcp_types as types
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -60,6 +60,20 @@ def control(data_dir: Path, command: str, timeout: float = 5.0) -> dict[str, Any
     return answer if isinstance(answer, dict) else None
 
 
+@dataclass
+class RunningApp:
+    """A `convmem app` process (the `running_app` fixture). Here, not in conftest.py: test
+    modules import it, and `conftest` names whichever suite's conftest pytest loaded last."""
+
+    process: subprocess.Popen[bytes]
+    data_dir: Path
+    log: Path
+
+    def quit(self) -> int:
+        control(self.data_dir, "quit")
+        return self.process.wait(30)
+
+
 def wait_listening(data_dir: Path, timeout: float = 30.0) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -90,15 +104,49 @@ async def shim_client(data_dir: Path, errlog: Any, *extra: str):  # type: ignore
         yield client
 
 
-def payload(result: types.CallToolResult) -> dict[str, Any]:
-    block = result.content[0]
-    assert isinstance(block, types.TextContent)
-    data: dict[str, Any] = json.loads(block.text)
-    return data
+# ---- raw JSON-RPC lines, for hosts that speak to a shim or the pipe byte by byte ----
+
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 
 
-async def call(client: Client, name: str, **arguments: Any) -> dict[str, Any]:
-    result = await client.call_tool(name, arguments)
-    data = payload(result)
-    assert result.is_error is False, data
-    return data
+def request(request_id: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+
+
+def initialize_request(client_name: str) -> dict[str, Any]:
+    client = {"name": client_name, "version": "0"}
+    params = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": client}
+    return request(1, "initialize", params)
+
+
+def write_call(request_id: int, session: str, content: str) -> dict[str, Any]:
+    arguments = {"session_id": session, "role": "user", "content": content}
+    return request(request_id, "tools/call", {"name": "write_message", "arguments": arguments})
+
+
+def lines(*messages: dict[str, Any]) -> bytes:
+    return b"".join(json.dumps(m).encode() + b"\n" for m in messages)
+
+
+def raw_shim(data_dir: Path, *extra: str) -> subprocess.Popen[bytes]:
+    """A shim whose stdin and stdout the test reads and writes itself."""
+    return subprocess.Popen(
+        [sys.executable, *shim_args(data_dir, *extra)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=child_env(),
+        cwd=ROOT,
+    )
+
+
+def run_shim(data_dir: Path, *extra: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    """A shim run to its end with `stdin` as its whole input."""
+    return subprocess.run(
+        [sys.executable, *shim_args(data_dir, *extra)],
+        input=stdin,
+        capture_output=True,
+        env=child_env(),
+        cwd=ROOT,
+        timeout=60,
+    )

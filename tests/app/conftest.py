@@ -7,11 +7,10 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from app_helpers import control, start_app, wait_gone, wait_listening
+from app_helpers import RunningApp, control, start_app, wait_gone, wait_listening
 
 
 @pytest.fixture(autouse=True)
@@ -25,17 +24,6 @@ def private_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
     monkeypatch.delenv("CONVMEM_DATA_DIR", raising=False)
     yield runtime
     shutil.rmtree(runtime, ignore_errors=True)
-
-
-@dataclass
-class RunningApp:
-    process: subprocess.Popen[bytes]
-    data_dir: Path
-    log: Path
-
-    def quit(self) -> int:
-        control(self.data_dir, "quit")
-        return self.process.wait(30)
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from app_helpers import ROOT, child_env, shim_args
+from app_helpers import ROOT, child_env, initialize_request, lines
+from app_helpers import raw_shim as raw_pipe_shim
 from PySide6.QtCore import QSettings
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QSystemTrayIcon
@@ -28,21 +29,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::ResourceWarning"),
 ]
 
-INITIALIZE = (
-    json.dumps(
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "gui-test", "version": "0"},
-            },
-        }
-    ).encode()
-    + b"\n"
-)
+INITIALIZE = lines(initialize_request("gui-test"))
 
 MakeApp = Callable[..., ConvMemApp]
 
@@ -78,14 +65,8 @@ def with_tray(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def raw_shim(data_dir: Path) -> subprocess.Popen[bytes]:
-    shim = subprocess.Popen(
-        [sys.executable, *shim_args(data_dir, "--start-timeout", "0")],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=child_env(),
-        cwd=ROOT,
-    )
+    """A shim for the app under test (which it must not start), past its initialize request."""
+    shim = raw_pipe_shim(data_dir, "--start-timeout", "0")
     assert shim.stdin is not None
     shim.stdin.write(INITIALIZE)
     shim.stdin.flush()

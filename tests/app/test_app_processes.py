@@ -16,21 +16,25 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 from app_helpers import (
+    INITIALIZED,
     ROOT,
-    call,
+    RunningApp,
     child_env,
     control,
-    shim_args,
+    initialize_request,
+    lines,
+    raw_shim,
+    run_shim,
     shim_client,
     wait_gone,
     wait_listening,
+    write_call,
 )
-from conftest import RunningApp
+from tool_results import call
 
 from convmem_app.paths import endpoint
 from convmem_engine.service import MemoryService
@@ -38,42 +42,7 @@ from convmem_engine.service import MemoryService
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
 HOSTS = 16
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "raw-host", "version": "0"},
-    },
-}
-INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-
-
-def write_call(request_id: int, session: str, content: str) -> dict[str, Any]:
-    arguments = {"session_id": session, "role": "user", "content": content}
-    return {
-        "jsonrpc": "2.0",
-        "id": request_id,
-        "method": "tools/call",
-        "params": {"name": "write_message", "arguments": arguments},
-    }
-
-
-def lines(*messages: dict[str, Any]) -> bytes:
-    return b"".join(json.dumps(m).encode() + b"\n" for m in messages)
-
-
-def raw_shim(data_dir: Path, *extra: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, *shim_args(data_dir, *extra)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=child_env(),
-        cwd=ROOT,
-    )
+INITIALIZE = initialize_request("raw-host")
 
 
 def stored_ids(data_dir: Path) -> set[str]:
@@ -275,27 +244,14 @@ def test_shim_ends_stdout_when_the_app_quits(running_app: RunningApp) -> None:
 
 
 def test_shim_without_app_and_without_start_fails_with_one_line(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, *shim_args(tmp_path / "none", "--start-timeout", "0")],
-        input=lines(INITIALIZE),
-        capture_output=True,
-        env=child_env(),
-        cwd=ROOT,
-        timeout=60,
-    )
+    result = run_shim(tmp_path / "none", "--start-timeout", "0", stdin=lines(INITIALIZE))
     assert result.returncode == 1
     assert result.stdout == b""
     assert result.stderr.count(b"\n") == 1 and b"no ConvMem app is running" in result.stderr
 
 
 def test_shim_usage_error_is_one_line(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, *shim_args(tmp_path, "--bogus")],
-        capture_output=True,
-        env=child_env(),
-        cwd=ROOT,
-        timeout=60,
-    )
+    result = run_shim(tmp_path, "--bogus")
     assert result.returncode == 2
     assert result.stdout == b""
     assert result.stderr.count(b"\n") == 1
@@ -307,14 +263,7 @@ def test_shim_reports_an_app_that_cannot_start(tmp_path: Path) -> None:
     data_dir = tmp_path / "held"
     holder = MemoryService.open(data_dir)
     try:
-        result = subprocess.run(
-            [sys.executable, *shim_args(data_dir, "--start-timeout", "3")],
-            input=b"",
-            capture_output=True,
-            env=child_env(),
-            cwd=ROOT,
-            timeout=60,
-        )
+        result = run_shim(data_dir, "--start-timeout", "3")
     finally:
         holder.close()
     assert result.returncode == 1

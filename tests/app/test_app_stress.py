@@ -9,8 +9,9 @@ from typing import TextIO
 
 import anyio
 import pytest
-from app_helpers import call, shim_client, start_app, wait_listening
+from app_helpers import shim_client, start_app, wait_listening
 from test_app_processes import stored_ids
+from tool_results import call
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::ResourceWarning")]
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from app_helpers import initialize_request, lines, write_call
 from pytestqt.qtbot import QtBot
 
 from convmem_app.engine_thread import EngineThread
@@ -20,25 +21,11 @@ from convmem_engine.service import MemoryService
 pytestmark = [pytest.mark.gui, pytest.mark.filterwarnings("ignore::ResourceWarning")]
 
 
-def message(request_id: int, method: str, params: dict[str, object]) -> bytes:
-    body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
-    return json.dumps(body).encode() + b"\n"
-
-
-INITIALIZE = message(
-    1,
-    "initialize",
-    {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "bridge-test", "version": "0"},
-    },
-)
+INITIALIZE = lines(initialize_request("bridge-test"))
 
 
 def write(request_id: int, content: str) -> bytes:
-    arguments = {"session_id": "bridge", "role": "user", "content": content}
-    return message(request_id, "tools/call", {"name": "write_message", "arguments": arguments})
+    return lines(write_call(request_id, "bridge", content))
 
 
 class Bridge:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QItemSelectionModel, QModelIndex
+from PySide6.QtWidgets import QMessageBox
 
 from convmem_app.browser import MemoryBrowser
 from convmem_engine.service import MemoryService
@@ -61,6 +63,15 @@ def select_history_rows(b: MemoryBrowser, *rows: int) -> None:
             b.history_model.index(row, 0), flag | QItemSelectionModel.SelectionFlag.Rows
         )
         first = False
+
+
+def delete_confirmation(qtbot: Any, b: MemoryBrowser, ask: Callable[[], object]) -> QMessageBox:
+    """The box asking to confirm the delete that `ask()` requests (a click, a key, a call)."""
+    with qtbot.waitSignal(b.deleteConfirmationShown) as shown:
+        ask()
+    box = shown.args[0]
+    assert isinstance(box, QMessageBox)
+    return box
 
 
 def history_ids(b: MemoryBrowser) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from gui_helpers import history_ids, select_history_rows, select_session, write
+from gui_helpers import delete_confirmation, history_ids, select_history_rows, select_session, write
 from PySide6.QtCore import QModelIndex, QSettings, Qt, QThread
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QApplication
@@ -164,9 +164,9 @@ def test_keyboard_shortcuts(qtbot: Any, service: MemoryService, make_browser: An
     assert b.tabs.currentIndex() == 0
     select_history_rows(b, 0, 1)
     b.history_view.setFocus()
-    with qtbot.waitSignal(b.deleteConfirmationShown) as shown:
-        qtbot.keyClick(b.history_view, Qt.Key.Key_Delete)
-    shown.args[0].reject()
+    delete_confirmation(
+        qtbot, b, lambda: qtbot.keyClick(b.history_view, Qt.Key.Key_Delete)
+    ).reject()
     write(service, "t", "three")
     qtbot.keyClick(b, Qt.Key.Key_F5)
     qtbot.waitUntil(lambda: b.sessions_model.row_of("t") >= 0)

@@ -5,7 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from gui_helpers import history_ids, select_history_rows, select_session, stored, write
+from gui_helpers import (
+    delete_confirmation,
+    history_ids,
+    select_history_rows,
+    select_session,
+    stored,
+    write,
+)
 from PySide6.QtWidgets import QMessageBox
 
 from convmem_app.browser.context_panel import TARGET_ROLE
@@ -165,9 +172,7 @@ def test_delete_several_with_confirmation_rows_vanish(
     select_session(qtbot, b, "s")
     select_history_rows(b, 1, 3)
     assert b.act_delete.isEnabled()
-    with qtbot.waitSignal(b.deleteConfirmationShown) as shown:
-        b.act_delete.trigger()
-    box = shown.args[0]
+    box = delete_confirmation(qtbot, b, b.act_delete.trigger)
     assert box.text() == "Delete 2 messages?"
     assert "Rebuild index" in box.informativeText() and "physically" in box.informativeText()
     with qtbot.waitSignal(b.deleted) as done:
@@ -185,9 +190,9 @@ def test_cancelled_delete_keeps_everything(
     b = make_browser()
     select_session(qtbot, b, "s")
     select_history_rows(b, 0)
-    with qtbot.waitSignal(b.deleteConfirmationShown) as shown:
-        b.delete_selected()
-    shown.args[0].button(QMessageBox.StandardButton.Cancel).click()
+    delete_confirmation(qtbot, b, b.delete_selected).button(
+        QMessageBox.StandardButton.Cancel
+    ).click()
     qtbot.waitUntil(lambda: b.delete_confirmation is None)
     assert history_ids(b) == ids
     assert len(service.read_messages(view="history", session_id="s")["history"]) == 2
@@ -230,10 +235,9 @@ def test_multi_delete_can_be_cancelled_and_stays_consistent(
     b = make_browser()
     select_session(qtbot, b, "s")
     b.history_view.selectAll()
-    with qtbot.waitSignal(b.deleteConfirmationShown) as shown:
-        b.delete_selected()
+    box = delete_confirmation(qtbot, b, b.delete_selected)
     with qtbot.waitSignal(b.deleted, timeout=20_000) as done:
-        shown.args[0].button(QMessageBox.StandardButton.Yes).click()
+        box.button(QMessageBox.StandardButton.Yes).click()
         assert b.cancel_delete_button.isVisibleTo(b)
         b.cancel_delete()  # stops between two messages (how many went first is timing)
     left = [
