@@ -22,8 +22,10 @@ RUN_KEY = r"Software\Microsoft\Windows\CurrentVersion\Run"
 def app_command(data_dir: Path) -> list[str]:
     """The command an autostart entry runs: the app, minimised, for `data_dir`."""
     tail = ["--minimized", "--data-dir", str(data_dir)]
-    if getattr(sys, "frozen", False):
-        return [sys.executable, *tail]
+    if getattr(sys, "frozen", False):  # the bundled tray app, also when run from convmem-cli
+        from convmem_app.shim import frozen_app_executable
+
+        return [str(frozen_app_executable()), *tail]
     return [sys.executable, "-m", "convmem_app", "app", *tail]
 
 

@@ -41,6 +41,9 @@ START_TIMEOUT_DEFAULT = 15.0
 DRAIN_TIMEOUT_DEFAULT = 5.0
 CHUNK = 65536
 IS_WINDOWS = sys.platform == "win32"
+# The bundled tray app (installer/convmem.spec). Not `convmem.exe`: Windows names are
+# case-insensitive and the console command line is `convmem-cli.exe`.
+FROZEN_APP_NAME = "ConvMem.exe" if IS_WINDOWS else "ConvMem"
 
 _RESPONSE_HEAD = re.compile(
     rb'\{"jsonrpc":"2\.0","id":("(?:[^"\\]|\\.)*"|-?\d+),"(result|error|method)"'
@@ -178,13 +181,17 @@ def connect(name: str, timeout: float = 5.0) -> Connection:
 # ---- starting the app -----------------------------------------------------------------------
 
 
+def frozen_app_executable() -> Path:
+    """In a bundled build (installer/convmem.spec) the windowed tray app, `ConvMem[.exe]`,
+    sits in the same folder as every other ConvMem executable."""
+    return Path(sys.executable).resolve().parent / FROZEN_APP_NAME
+
+
 def app_command(data_dir: Path) -> list[str]:
     """The command that starts the tray app for `data_dir`, minimised."""
     tail = ["--minimized", "--data-dir", str(data_dir)]
-    if getattr(sys, "frozen", False):  # a bundled build: the app executable sits next to us
-        here = Path(sys.executable).resolve().parent
-        exe = here / ("convmem-app.exe" if IS_WINDOWS else "convmem-app")
-        return [str(exe), *tail]
+    if getattr(sys, "frozen", False):
+        return [str(frozen_app_executable()), *tail]
     return [sys.executable, "-m", "convmem_app", "app", *tail]
 
 

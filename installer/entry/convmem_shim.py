@@ -1,0 +1,11 @@
+"""Entry script of the bundled `convmem-shim` executable: standard library + convmem_app.paths
++ convmem_app.shim only (installer/convmem.spec fails the build if anything else gets in)."""
+
+from __future__ import annotations
+
+import sys
+
+from convmem_app.shim import main
+
+if __name__ == "__main__":
+    sys.exit(main())
