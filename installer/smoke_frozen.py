@@ -1,0 +1,267 @@
+"""Smoke test of a one-folder PyInstaller build of ConvMem (installer/convmem.spec), any OS.
+
+    python installer/smoke_frozen.py dist/ConvMem [--visible] [--timings N]
+
+Needs only the `mcp` SDK in the running interpreter (the build venv has it). Everything runs in
+fresh temporary folders; the user's own data dir and running apps are never touched.
+
+1. `convmem-cli --help` prints the usage.
+2. `convmem-cli serve`: the SDK's stdio client writes one message and reads it back.
+3. `convmem-shim` with no app running starts the bundled `ConvMem` app (offscreen unless
+   --visible), writes and reads through it; a control `status` through a second shim names the
+   app's pid; a control `quit` ends it; a shim with `--start-timeout 0` then finds no app.
+4. The data written through the app is read back by `convmem-cli serve` (the app released the
+   lock and everything it acknowledged is on disk).
+5. With --timings N: median wall time of N runs of `convmem-shim --start-timeout 0` with no
+   app (start, find nobody, exit 1), frozen and from source (`python -m convmem_app shim`).
+
+Exit status 0 when every check passed; each check prints one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp.client import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+IS_WINDOWS = sys.platform == "win32"
+EXE = ".exe" if IS_WINDOWS else ""
+
+
+class SmokeError(Exception):
+    pass
+
+
+def exe(dist: Path, name: str) -> Path:
+    path = dist / f"{name}{EXE}"
+    if not path.is_file():
+        raise SmokeError(f"{path} is missing")
+    return path
+
+
+def child_env(work: Path, visible: bool) -> dict[str, str]:
+    """Our environment (the stdio client passes only a few variables on its own), with private
+    socket and settings folders on Linux/macOS and the offscreen Qt platform."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVMEM_")}
+    for key in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"):
+        env.pop(key, None)  # the frozen programs must not need them
+    if not IS_WINDOWS:
+        runtime = Path(tempfile.mkdtemp(prefix="cmsmk", dir="/tmp"))
+        runtime.chmod(0o700)
+        env["XDG_RUNTIME_DIR"] = str(runtime)
+        env["XDG_CONFIG_HOME"] = str(work / "config")
+    if not visible:
+        env["QT_QPA_PLATFORM"] = "offscreen"
+    return env
+
+
+def payload(result: Any) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(result.content[0].text)
+    if result.is_error:
+        raise SmokeError(f"tool error: {data}")
+    return data
+
+
+async def write_and_read(params: StdioServerParameters, errlog: Any, session: str) -> str:
+    async with Client(stdio_client(params, errlog=errlog)) as client:
+        written = payload(
+            await client.call_tool(
+                "write_message",
+                {"session_id": session, "role": "user", "content": f"hello from {session}"},
+            )
+        )
+        message_id = str(written["message"]["message_id"])
+        history = payload(await client.call_tool("read_messages", {"session_id": session}))
+        contents = [m["content"] for m in history["history"]]
+        if contents != [f"hello from {session}"]:
+            raise SmokeError(f"read back {contents!r}")
+        return message_id
+
+
+async def read_session(params: StdioServerParameters, errlog: Any, session: str) -> list[str]:
+    async with Client(stdio_client(params, errlog=errlog)) as client:
+        history = payload(await client.call_tool("read_messages", {"session_id": session}))
+        return [str(m["message_id"]) for m in history["history"]]
+
+
+def control_through_shim(
+    shim: Path, data_dir: Path, env: dict[str, str], command: str
+) -> dict[str, Any]:
+    """A control message to the running app through a fresh shim (the app recognises a
+    connection whose first bytes are `{"convmem_control":`)."""
+    process = subprocess.Popen(
+        [str(shim), "--data-dir", str(data_dir), "--start-timeout", "0"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write(json.dumps({"convmem_control": command}).encode() + b"\n")
+    process.stdin.flush()
+    line = process.stdout.readline()  # keep stdin open until the answer is here
+    process.stdin.close()
+    process.stdout.read()
+    process.wait(30)
+    if not line:
+        raise SmokeError(f"no answer to control {command!r}")
+    answer: dict[str, Any] = json.loads(line)
+    if answer.get("convmem_control") != "ok":
+        raise SmokeError(f"control {command!r} answered {answer!r}")
+    return answer
+
+
+def no_app_running(shim: Path, data_dir: Path, env: dict[str, str]) -> bool:
+    done = subprocess.run(
+        [str(shim), "--data-dir", str(data_dir), "--start-timeout", "0"],
+        input=b"",
+        capture_output=True,
+        env=env,
+        timeout=60,
+    )
+    return done.returncode == 1 and b"no ConvMem app is running" in done.stderr
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise SmokeError(f"timed out waiting until {what}")
+        time.sleep(0.1)
+
+
+def process_executable(pid: int) -> str | None:
+    if sys.platform.startswith("linux"):
+        try:
+            return os.path.realpath(f"/proc/{pid}/exe")
+        except OSError:
+            return None
+    return None
+
+
+def interleaved_medians(runs: list[tuple[list[str], dict[str, str]]], count: int) -> list[float]:
+    """Median wall time in ms of each (command, env), the commands taking turns so that a
+    busy machine slows them alike."""
+    times: list[list[float]] = [[] for _ in runs]
+    for _ in range(count):
+        for index, (command, env) in enumerate(runs):
+            start = time.perf_counter()
+            subprocess.run(command, input=b"", capture_output=True, env=env, timeout=60)
+            times[index].append((time.perf_counter() - start) * 1000)
+    return [statistics.median(series) for series in times]
+
+
+def run(dist: Path, visible: bool, timings: int) -> None:
+    dist = dist.resolve()
+    cli, shim, app = exe(dist, "convmem-cli"), exe(dist, "convmem-shim"), exe(dist, "ConvMem")
+    work = Path(tempfile.mkdtemp(prefix="convmem-smoke-"))
+    env = child_env(work, visible)
+    errlog_path = work / "stderr.log"
+    app_dir = work / "app-data"
+    app_may_run = False
+    try:
+        with errlog_path.open("w") as errlog:
+            usage = subprocess.run([str(cli), "--help"], capture_output=True, env=env, timeout=60)
+            if usage.returncode != 0 or b"convmem serve" not in usage.stdout:
+                raise SmokeError(f"convmem-cli --help: status {usage.returncode}")
+            print("ok  convmem-cli --help prints the usage")
+
+            serve_dir = work / "serve-data"
+            serve = StdioServerParameters(
+                command=str(cli), args=["serve", "--data-dir", str(serve_dir)], env=env
+            )
+            anyio.run(write_and_read, serve, errlog, "frozen-serve")
+            print("ok  convmem-cli serve: write_message + read_messages over stdio")
+
+            through_shim = StdioServerParameters(
+                command=str(shim), args=["--data-dir", str(app_dir)], env=env
+            )
+            started = time.perf_counter()
+            app_may_run = True
+            message_id = anyio.run(write_and_read, through_shim, errlog, "frozen-shim")
+            elapsed = time.perf_counter() - started
+            status = control_through_shim(shim, app_dir, env, "status")
+            pid = int(status["pid"])
+            running = process_executable(pid)
+            if running is not None and Path(running) != app.resolve():
+                raise SmokeError(f"the shim started {running}, not {app}")
+            print(
+                f"ok  convmem-shim started the bundled app (pid {pid}"
+                f"{', ' + Path(running).name if running else ''}) and wrote + read through it"
+                f" ({elapsed:.1f} s from a cold start)"
+            )
+            control_through_shim(shim, app_dir, env, "quit")
+            wait_for(lambda: no_app_running(shim, app_dir, env), 60, "the app has quit")
+            app_may_run = False
+            print("ok  control quit ended the app; a shim with --start-timeout 0 finds no app")
+
+            reread = StdioServerParameters(
+                command=str(cli), args=["serve", "--data-dir", str(app_dir)], env=env
+            )
+            ids = anyio.run(read_session, reread, errlog, "frozen-shim")
+            if ids != [message_id]:
+                raise SmokeError(f"after the app quit, serve read {ids!r}")
+            print("ok  convmem-cli serve reads what the app acknowledged (lock released)")
+
+            if timings:
+                nobody = work / "nobody"
+                source_env = dict(env)
+                source_env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+                tail = ["--data-dir", str(nobody), "--start-timeout", "0"]
+                frozen, source = interleaved_medians(
+                    [
+                        ([str(shim), *tail], env),
+                        ([sys.executable, "-m", "convmem_app", "shim", *tail], source_env),
+                    ],
+                    timings,
+                )
+                print(
+                    f"fig convmem-shim start-to-exit with no app, median of {timings}: "
+                    f"frozen {frozen:.0f} ms, source {source:.0f} ms "
+                    f"(ratio {frozen / source:.2f})"
+                )
+    except BaseException:
+        log = errlog_path.read_text(errors="replace") if errlog_path.exists() else ""
+        if log.strip():
+            print("--- stderr of the frozen programs ---\n" + log[-4000:], file=sys.stderr)
+        raise
+    finally:
+        if app_may_run:  # a check failed while the app ran: ask it to quit
+            with contextlib.suppress(Exception):
+                control_through_shim(shim, app_dir, env, "quit")
+        shutil.rmtree(work, ignore_errors=True)
+        if "XDG_RUNTIME_DIR" in env and not IS_WINDOWS:
+            shutil.rmtree(env["XDG_RUNTIME_DIR"], ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Smoke-test a one-folder ConvMem build.")
+    parser.add_argument("dist", type=Path, help="the folder PyInstaller made (dist/ConvMem)")
+    parser.add_argument("--visible", action="store_true", help="run the app on the real screen")
+    parser.add_argument("--timings", type=int, default=0, metavar="N", help="startup figures")
+    args = parser.parse_args(argv)
+    try:
+        run(args.dist, args.visible, args.timings)
+    except SmokeError as exc:
+        print(f"FAIL {exc}", file=sys.stderr)
+        return 1
+    print("smoke test passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
