@@ -7,6 +7,7 @@ most one background read. `refresh()` re-reads the rows already shown and merges
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from PySide6.QtCore import QModelIndex, QObject, Qt, QTimer, Signal
@@ -148,14 +149,21 @@ class PagedTableModel(HeaderTableModel):
         self._start(work, lambda result: self._refresh_done(generation, result))
 
     def remove_key(self, key: str) -> bool:
-        row = self._pos.get(key)
-        if row is None:
-            return False
-        self.beginRemoveRows(QModelIndex(), row, row)
-        del self._rows[row]
-        self._reindex()
-        self.endRemoveRows()
-        return True
+        return self.remove_keys([key]) == 1
+
+    def remove_keys(self, keys: Iterable[str]) -> int:
+        """Remove the loaded rows of `keys` (others are ignored); how many went. One removal
+        per run of adjacent rows, bottom-up; only the rows below a run change position, so a
+        batch costs about one pass over the rows, not one per key."""
+        rows = sorted({self._pos[k] for k in keys if k in self._pos})
+        for first, last in reversed(_runs(rows)):
+            self.beginRemoveRows(QModelIndex(), first, last)
+            for gone in self._rows[first : last + 1]:
+                del self._pos[self.key(gone)]
+            del self._rows[first : last + 1]
+            self._reposition(first)
+            self.endRemoveRows()
+        return len(rows)
 
     def replace_row(self, new: Row) -> bool:
         row = self._pos.get(self.key(new))
@@ -179,6 +187,11 @@ class PagedTableModel(HeaderTableModel):
 
     def _reindex(self) -> None:
         self._pos = {self.key(r): i for i, r in enumerate(self._rows)}
+
+    def _reposition(self, start: int) -> None:
+        """Positions of the rows from `start` on, after rows above them came or went."""
+        for i in range(start, len(self._rows)):
+            self._pos[self.key(self._rows[i])] = i
 
     def _cancel_job(self) -> None:
         if self._job is not None:
@@ -256,14 +269,27 @@ class PagedTableModel(HeaderTableModel):
 
     def _merge(self, new_rows: list[Row]) -> None:
         new_keys = [self.key(r) for r in new_rows]
+        if new_keys != [self.key(r) for r in self._rows]:
+            self._rearrange(new_keys, new_rows)
+        # Now row i has key new_keys[i]. Tell the views about rows whose values changed, and
+        # only those: a sorting/filtering proxy re-reads what it is told changed, and a refresh
+        # after one write changes one or two rows of thousands.
+        changed = [
+            i
+            for i, (old, new) in enumerate(zip(self._rows, new_rows, strict=True))
+            if old is not new and old != new
+        ]
+        last_column = self.columnCount() - 1
+        for first, last in _runs(changed):
+            self._rows[first : last + 1] = new_rows[first : last + 1]
+            self.dataChanged.emit(self.index(first, 0), self.index(last, last_column))
+
+    def _rearrange(self, new_keys: list[str], new_rows: list[Row]) -> None:
+        """Make the rows' keys `new_keys`: removals, moves and inserts as model signals, so
+        selections and the current row follow their rows."""
         wanted = set(new_keys)
-        # 1. remove rows that vanished, bottom-up so row numbers stay valid
-        for row in range(len(self._rows) - 1, -1, -1):
-            if self.key(self._rows[row]) not in wanted:
-                self.beginRemoveRows(QModelIndex(), row, row)
-                del self._rows[row]
-                self.endRemoveRows()
-        self._reindex()
+        # 1. remove rows that vanished
+        self.remove_keys([k for k in self._pos if k not in wanted])
         # 2. reorder the survivors into the new order (same count: a layout change)
         survivors = [k for k in new_keys if k in self._pos]
         current = [self.key(r) for r in self._rows]
@@ -279,15 +305,20 @@ class PagedTableModel(HeaderTableModel):
             self.layoutChanged.emit()
         # 3. insert newcomers at their places; the survivors are a subsequence of new_keys
         for i, row_value in enumerate(new_rows):
-            k = new_keys[i]
-            if i < len(self._rows) and self.key(self._rows[i]) == k:
-                self._rows[i] = row_value
+            if i < len(self._rows) and self.key(self._rows[i]) == new_keys[i]:
                 continue
             self.beginInsertRows(QModelIndex(), i, i)
             self._rows.insert(i, row_value)
             self.endInsertRows()
         self._reindex()
-        if self._rows:
-            self.dataChanged.emit(
-                self.index(0, 0), self.index(len(self._rows) - 1, self.columnCount() - 1)
-            )
+
+
+def _runs(rows: list[int]) -> list[tuple[int, int]]:
+    """Ascending row numbers as (first, last) runs of adjacent rows."""
+    runs: list[tuple[int, int]] = []
+    for row in rows:
+        if runs and runs[-1][1] == row - 1:
+            runs[-1] = (runs[-1][0], row)
+        else:
+            runs.append((row, row))
+    return runs

@@ -90,7 +90,9 @@ class MemoryBrowser(QMainWindow):
         self.setObjectName("MemoryBrowser")
         self.runner = JobRunner(self, max_threads=4)
         self.bridge = ChangeBridge(service, self)
-        self.bridge.changed.connect(self._on_change)
+        # emitted on writer threads: queued, so `_on_change` runs on the GUI thread
+        self.bridge.changed.connect(self._on_change, Qt.ConnectionType.QueuedConnection)
+        self._gone: set[str] = set()  # deleted message ids not yet taken out of the views
         self.delete_confirmation: QMessageBox | None = None
         self._delete_job: Job | None = None
         self._health_stale = True
@@ -111,6 +113,8 @@ class MemoryBrowser(QMainWindow):
         self._sessions_timer = self._single_shot(250, self.sessions_model.refresh)
         self._health_timer = self._single_shot(1000, self._refresh_health_if_visible)
         self._select_timer = self._single_shot(120, self._apply_session_selection)
+        # a multi-delete's events come in bursts: take their messages out of the views together
+        self._gone_timer = self._single_shot(0, self._flush_gone)
 
         hints = QGuiApplication.styleHints()
         if hints is not None:
@@ -556,7 +560,8 @@ class MemoryBrowser(QMainWindow):
         mid = str(message_id) if message_id is not None else None
         sid = str(session_id) if session_id is not None else None
         if kind == "delete" and mid is not None:
-            self._message_gone(mid)
+            self._gone.add(mid)
+            self._gone_timer.start()
         elif kind == "write" and mid is not None and sid == self.history_model.session_id:
             if self.history_model.exhausted:
                 self._fetch_then(mid, self.history_model.on_written)
@@ -593,13 +598,20 @@ class MemoryBrowser(QMainWindow):
             self.detail.show_message(current)
             self.context_panel.reload()
 
-    def _message_gone(self, message_id: str) -> None:
-        shown = self.detail.message is not None and self.detail.message.get("message_id") == (
-            message_id
+    def _flush_gone(self) -> None:
+        gone, self._gone = self._gone, set()
+        self._messages_gone(gone)
+
+    def _messages_gone(self, message_ids: set[str]) -> None:
+        """Take deleted messages out of the views: one batch, one context reload."""
+        if not message_ids:
+            return
+        shown = self.detail.message is not None and (
+            self.detail.message.get("message_id") in message_ids
         )
-        self.history_model.remove_key(message_id)
+        self.history_model.remove_keys(message_ids)
         edited = self.editor.message
-        if edited is not None and edited.get("message_id") == message_id:
+        if edited is not None and edited.get("message_id") in message_ids:
             self.editor.set_message(None)  # its edits can no longer be saved
         if shown:
             self._clear_detail("This message was deleted.")
@@ -672,8 +684,9 @@ class MemoryBrowser(QMainWindow):
             return done
 
         def succeeded(done: list[str]) -> None:
-            for mid in done:
-                self._message_gone(mid)
+            # also when the window stopped following the events meanwhile
+            self._gone.update(done)
+            self._flush_gone()
             self.search_panel.model.set_results(
                 [r for r in self.search_panel.model.results if r["message_id"] not in done],
                 self.search_panel.query.text(),
