@@ -407,6 +407,8 @@ class ConvMemApp(QObject):
         self._health_pending = False
         if self._quitting or self.service is None:
             return
+        if isinstance(result, BaseException):  # shown as DEGRADED; say why where it can be read
+            log.error("health check failed: %s", describe(result, self.data_dir).code)
         status = str(result.get("status", "OK")) if isinstance(result, dict) else "DEGRADED"
         self.tray.set_health(status)
         self.healthChanged.emit(status)

@@ -276,3 +276,19 @@ def test_a_minimized_second_start_does_not_raise_the_window(
     qtbot.waitUntil(lambda: second.poll() is not None, timeout=60_000)
     assert second.returncode == 0  # e.g. started by a shim: it found us and left quietly
     assert app.window is None
+
+
+def test_a_failure_escaping_a_worker_is_logged(
+    qtbot: QtBot, make_app: MakeApp, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A worker function reports its errors through its signal; what escapes even that (here a
+    # BaseException, which it does not catch) must reach the log, not vanish in a Future.
+    app = started(qtbot, make_app(minimized=True))
+
+    def escapes() -> object:
+        raise SystemExit(7)
+
+    with caplog.at_level("ERROR", logger="convmem_app.app"):
+        app._call_in_worker(escapes, app.rebuildFinished)
+        qtbot.waitUntil(lambda: "background work failed: SystemExit" in caplog.text)
+    assert "escapes" in caplog.text  # the frames are there
