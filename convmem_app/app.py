@@ -491,7 +491,8 @@ class ConvMemApp(QObject):
             self._unsubscribe()
             self._unsubscribe = None
         if self.window is not None:
-            self.window.shutdown()  # background reads end before the service closes
+            if not self.window.shutdown():  # background reads end before the service closes
+                log.warning("the browser's background work outlasted the quit; closing anyway")
             self.window.close()
             self.window.deleteLater()
             self.window = None

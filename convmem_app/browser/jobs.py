@@ -132,5 +132,13 @@ class JobRunner(QObject):
             job.cancel()
 
     def wait(self, msecs: int = -1) -> bool:
-        """Block until the workers are idle (used when the window closes)."""
+        """Block until the workers are idle."""
+        return self._pool.waitForDone(msecs)
+
+    def shutdown(self, msecs: int = -1) -> bool:
+        """Before the service closes: drop the jobs still queued (they never run and never
+        report), ask the running ones to stop, and wait for them; False if they outlast
+        `msecs`. Without the drop, every queued read would still run against the store."""
+        self._pool.clear()
+        self.cancel_all()
         return self._pool.waitForDone(msecs)

@@ -420,8 +420,7 @@ class MemoryBrowser(QMainWindow):
         `service.close()`. Returns False if they did not end within `timeout_ms`."""
         self.bridge.stop()
         self.detail.cancel_loading()
-        self.runner.cancel_all()
-        return self.runner.wait(timeout_ms)
+        return self.runner.shutdown(timeout_ms)
 
     # --- navigation ---
 

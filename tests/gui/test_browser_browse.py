@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -203,6 +205,27 @@ def test_jobs_report_on_the_gui_thread(qtbot: Any) -> None:
     assert done.args[0] is not gui  # the work ran on a pool thread
     assert all(t is gui for t in threads)
     runner.wait()
+
+
+def test_runner_shutdown_drops_queued_jobs_and_stops_the_running_one(qtbot: Any) -> None:
+    runner = JobRunner(max_threads=1)
+    started = threading.Event()
+    ran: list[int] = []
+
+    def running(job: Any) -> str:
+        started.set()
+        while not job.cancelled:  # a long read that checks for cancellation
+            time.sleep(0.005)
+        return "stopped"
+
+    first = runner.run(running)
+    for i in range(5):
+        runner.run(lambda _job, i=i: ran.append(i))
+    assert started.wait(30)
+    with qtbot.waitSignal(first.succeeded) as stopped:
+        assert runner.shutdown(30_000)
+    assert stopped.args == ["stopped"]
+    assert ran == []  # queued behind it: never run against a store about to close
 
 
 def test_closed_window_catches_up_when_shown_again(
