@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from convmem_app.browser import format as fmt
-from convmem_app.browser.jobs import Job, JobRunner
+from convmem_app.browser.jobs import JobRunner
 from convmem_app.browser.service_panel import ServicePanel
 from convmem_engine.domain import limits
 from convmem_engine.domain.message import RELATION_TYPES
@@ -38,7 +38,6 @@ class ContextPanel(ServicePanel):
         self, service: MemoryService, runner: JobRunner, parent: QWidget | None = None
     ) -> None:
         super().__init__(service, runner, parent)
-        self._job: Job | None = None
         self.message_id: str | None = None
         self.result: dict[str, Any] | None = None
 
@@ -91,9 +90,7 @@ class ContextPanel(ServicePanel):
         self.reload()
 
     def reload(self, *_args: object) -> None:
-        if self._job is not None:
-            self._job.cancel()
-            self._job = None
+        self._cancel_job()
         self.tree.clear()
         self.result = None
         if self.message_id is None:
@@ -113,23 +110,12 @@ class ContextPanel(ServicePanel):
         if len(types) < len(RELATION_TYPES):
             args["relation_types_json"] = json.dumps(types)
         service = self._service
-        job = Job(lambda _j: service.read_messages(**args))
-        self._job = job
         self.note.setText("Loading…")
 
-        def done(result: dict[str, Any]) -> None:
-            if self._job is job:
-                self._job = None
-                self._show(result)
-
         def failed(exc: BaseException) -> None:
-            if self._job is job:
-                self._job = None
-                self.note.setText(f"Context not available: {exc}")
+            self.note.setText(f"Context not available: {exc}")
 
-        job.succeeded.connect(done)
-        job.failed.connect(failed)
-        self._runner.start(job)
+        self._run_latest(lambda _j: service.read_messages(**args), self._show, failed)
 
     def _message_item(self, parent: QTreeWidgetItem, msg: dict[str, Any], role: str) -> None:
         item = QTreeWidgetItem(

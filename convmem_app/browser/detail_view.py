@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 from convmem_app.browser import format as fmt
 from convmem_app.browser.calls import fetch_content
 from convmem_app.browser.history_model import CLIPPED
-from convmem_app.browser.jobs import Job, JobRunner
+from convmem_app.browser.jobs import JobRunner
 from convmem_app.browser.service_panel import ServicePanel
 
 if TYPE_CHECKING:
@@ -41,7 +41,6 @@ class MessageDetail(ServicePanel):
         self, service: MemoryService, runner: JobRunner, parent: QWidget | None = None
     ) -> None:
         super().__init__(service, runner, parent)
-        self._job: Job | None = None
         self.message: dict[str, Any] | None = None
 
         self.header = QLabel()
@@ -153,40 +152,31 @@ class MessageDetail(ServicePanel):
             self.contentLoaded.emit(str(message["message_id"]))
 
     def cancel_loading(self) -> None:
-        if self._job is not None:
-            self._job.cancel()
-            self._job = None
+        self._cancel_job()
         self.progress_widget.hide()
 
     def _load_full(self, message_id: str, revision: int) -> None:
         service = self._service
-        job = Job(lambda j: fetch_content(service, j, message_id, revision))
-        self._job = job
         self.progress.setRange(0, 0)
         self.progress_widget.show()
 
         def progress(done: int, total: int) -> None:
-            if self._job is job:
-                self.progress.setRange(0, max(total, 1))
-                self.progress.setValue(done)
+            self.progress.setRange(0, max(total, 1))
+            self.progress.setValue(done)
 
         def succeeded(result: tuple[str, int] | None) -> None:
-            if self._job is not job or result is None:
-                return
-            self._job = None
             self.progress_widget.hide()
+            if result is None:  # cancelled as the window closed: the clipped text stays
+                return
             text, _revision = result
             self.content.setPlainText(text)
             self.header.setText(self.header.text() + f" · {fmt.bytes_text(fmt.utf8_len(text))}")
             self.contentLoaded.emit(message_id)
 
         def failed(exc: BaseException) -> None:
-            if self._job is job:
-                self._job = None
-                self.progress_widget.hide()
-                self.content.appendPlainText(f"\n[content could not be loaded: {exc}]")
+            self.progress_widget.hide()
+            self.content.appendPlainText(f"\n[content could not be loaded: {exc}]")
 
-        job.progress.connect(progress)
-        job.succeeded.connect(succeeded)
-        job.failed.connect(failed)
-        self._runner.start(job)
+        self._run_latest(
+            lambda j: fetch_content(service, j, message_id, revision), succeeded, failed, progress
+        )

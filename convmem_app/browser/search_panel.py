@@ -44,7 +44,7 @@ from PySide6.QtWidgets import (
 
 from convmem_app.browser import format as fmt
 from convmem_app.browser import theme
-from convmem_app.browser.jobs import Job, JobRunner
+from convmem_app.browser.jobs import JobRunner
 from convmem_app.browser.metadata_form import split_tags
 from convmem_app.browser.paged_model import KEY_ROLE, ROW_ROLE
 from convmem_app.browser.service_panel import ServicePanel
@@ -198,7 +198,6 @@ class SearchPanel(ServicePanel):
         self, service: MemoryService, runner: JobRunner, parent: QWidget | None = None
     ) -> None:
         super().__init__(service, runner, parent)
-        self._job: Job | None = None
         self.current_session: str | None = None
 
         self.query = QLineEdit()
@@ -334,17 +333,10 @@ class SearchPanel(ServicePanel):
             args["filters_json"] = json.dumps(filters, ensure_ascii=False)
         if self.scope.currentIndex() == 1 and self.current_session:
             args["session_id"] = self.current_session
-        if self._job is not None:
-            self._job.cancel()
         service = self._service
-        job = Job(lambda _j: service.search_messages(**args))
-        self._job = job
         self.status.setText("Searching…")
 
         def done(result: dict[str, Any]) -> None:
-            if self._job is not job:
-                return
-            self._job = None
             results = list(result.get("results", []))
             self.model.set_results(results, query)
             self.status.setText(
@@ -356,14 +348,10 @@ class SearchPanel(ServicePanel):
             self.searched.emit(len(results))
 
         def failed(exc: BaseException) -> None:
-            if self._job is job:
-                self._job = None
-                self.status.setText(f"Search failed: {exc}")
-                self.searchFailed.emit(str(exc))
+            self.status.setText(f"Search failed: {exc}")
+            self.searchFailed.emit(str(exc))
 
-        job.succeeded.connect(done)
-        job.failed.connect(failed)
-        self._runner.start(job)
+        self._run_latest(lambda _j: service.search_messages(**args), done, failed)
 
     def open_row(self, row: int) -> None:
         r = self.model.results[row]
