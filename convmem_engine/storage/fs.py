@@ -7,6 +7,7 @@ rename) or a simulated crash between any two steps. The logical I/O counters rep
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from dataclasses import dataclass
@@ -93,6 +94,20 @@ class FileSystem:
             self._write_calls += 1
             self._write_bytes += written
         return written
+
+    def write_all(self, fd: int, data: bytes | memoryview) -> None:
+        """Write every byte of `data`, continuing after short writes.
+
+        A short write is not an error by itself (a signal, a nearly full disk): the next call
+        either writes the rest or raises the real reason (ENOSPC, EIO, EFBIG), which is what
+        the user needs to see. A call that writes nothing is reported as a full disk.
+        """
+        view = memoryview(data)
+        while view:
+            n = self.write(fd, view)
+            if n <= 0:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            view = view[n:]
 
     def fsync(self, fd: int) -> None:
         with self._counter_lock:

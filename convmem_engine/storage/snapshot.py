@@ -142,10 +142,8 @@ def write_snapshot_file(fs: FileSystem, fd: int, messages: Iterable[Message], **
 
 
 def _write_all(fs: FileSystem, fd: int, data: bytes) -> int:
-    n = fs.write(fd, data)
-    if n != len(data):
-        raise OSError(f"short write ({n} of {len(data)} bytes)")
-    return n
+    fs.write_all(fd, data)
+    return len(data)
 
 
 def read_meta(fs: FileSystem, fd: int) -> tuple[SnapshotMeta, int]:

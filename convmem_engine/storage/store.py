@@ -247,8 +247,7 @@ class Store:
         tmp = self._log_path + TMP_SUFFIX
         fd = fs.open_new(tmp)
         try:
-            if fs.write(fd, rec) != len(rec):
-                raise OSError(f"short write creating {LOG_NAME}")
+            fs.write_all(fd, rec)
             fs.fsync(fd)
         finally:
             fs.close(fd)
@@ -424,13 +423,10 @@ class Store:
         seq = st.last_seq + 1
         rec = encode_record(rtype, seq, payload)
         try:
-            n = self._fs.write(self._fd, rec)
+            self._fs.write_all(self._fd, rec)
         except OSError as e:
             why = f"{LOG_NAME}: write failed at offset {st.end}: {e.strerror or e}"
             raise self._undo_append(st.end, why) from e
-        if n != len(rec):
-            why = f"{LOG_NAME}: short write at offset {st.end} ({n} of {len(rec)} bytes)"
-            raise self._undo_append(st.end, why)
         st.crc = zlib.crc32(rec, st.crc)
         st.end += len(rec)
         st.last_seq = seq
@@ -707,10 +703,10 @@ class Store:
                 end += len(r)
                 live += len(r)
                 if pending >= _WRITE_BATCH:
-                    _write_exact(fs, fd, b"".join(parts))
+                    fs.write_all(fd, b"".join(parts))
                     parts, pending = [], 0
             if parts:
-                _write_exact(fs, fd, b"".join(parts))
+                fs.write_all(fd, b"".join(parts))
             fs.fsync(fd)
         finally:
             fs.close(fd)
@@ -853,12 +849,6 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _write_exact(fs: FileSystem, fd: int, data: bytes) -> None:
-    n = fs.write(fd, data)
-    if n != len(data):
-        raise OSError(f"short write ({n} of {len(data)} bytes)")
 
 
 def _prefix_crc(fs: FileSystem, fd: int, length: int) -> int:

@@ -72,7 +72,8 @@ class FaultFS(FileSystem):
     """A FileSystem that fails or "crashes" at the N-th step (counting only STEPS calls).
 
     mode "error": that call raises OSError(EIO) without doing anything.
-    mode "short": a write writes half of its bytes and reports that (other ops: "error").
+    mode "short": a write writes half of its bytes and reports that, and the write after it
+    raises ENOSPC, as a filling disk does (other ops: "error").
     mode "crash": that call raises Crash without doing anything; every descriptor and the lock
     file are closed (as the OS does for a dead process) and every later call raises Crash.
     """
@@ -85,6 +86,7 @@ class FaultFS(FileSystem):
         self.steps: list[str] = []
         self.crashed = False
         self.fired = False
+        self._enospc_next = False
         self._fds: set[int] = set()
         self._lock_files: list[IO[Any]] = []
 
@@ -140,7 +142,11 @@ class FaultFS(FileSystem):
 
     def write(self, fd: int, data: bytes | memoryview) -> int:
         fault = self._step("write")
+        if self._enospc_next:
+            self._enospc_next = False
+            raise OSError(errno.ENOSPC, "injected: no space left on device")
         if fault == "short":
+            self._enospc_next = True
             return super().write(
                 fd, bytes(data)[: max(len(data) // 2, 1)] if len(data) > 1 else b""
             )

@@ -18,7 +18,7 @@ import pytest
 from storage_helpers import STEPS, Crash, FaultFS, dir_bytes, make_message
 
 from convmem_engine.domain import Message, StoreIOError
-from convmem_engine.storage import Store
+from convmem_engine.storage import FileSystem, Store
 
 MODES = ("error", "short", "crash")
 
@@ -249,3 +249,24 @@ def test_failed_rename_in_compaction_keeps_the_old_state_working(
     assert r.records_removed > 0
     s.close()
     reopen_and_check(d)
+
+
+def test_short_writes_that_continue_complete_the_record(
+    template: tuple[Path, list[Message]], tmp_path: Path
+) -> None:
+    """A short write is not a failure by itself: the store writes the rest and succeeds."""
+
+    class Trickle(FileSystem):
+        def write(self, fd: int, data: bytes | memoryview) -> int:
+            return super().write(fd, bytes(data)[:7])
+
+    d = fresh(template, tmp_path)
+    msg = make_message("written seven bytes at a time")
+    with Store.open(d, fs=Trickle()) as s:
+        calls_before = s.stats().io.write_calls
+        s.put(msg)
+        assert s.stats().io.write_calls - calls_before > 10
+        assert s.stats().last_error == ""
+    with Store.open(d) as s2:
+        assert s2.get(msg.message_id) == msg
+        assert s2.check() == []
