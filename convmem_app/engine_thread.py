@@ -71,3 +71,5 @@ class EngineThread:
         if self._thread.is_alive():
             self.call_soon(self.loop.stop)
             self._thread.join(timeout)
+            if self._thread.is_alive():  # a daemon thread: it dies with the process
+                log.warning("the engine thread did not stop within %.0f s", timeout)
