@@ -82,11 +82,18 @@ SetCompressor /SOLID lzma
     !endif
   !endif
 !endif
+; makensis runs in this file's folder (unless /NOCD), like every relative path here.
 !ifdef SIGN
   !ifdef NSIS_WIN32_MAKENSIS
-    !define SIGN_COMMAND 'powershell.exe -NoProfile -ExecutionPolicy Bypass -File "${__FILEDIR__}\sign.ps1"'
+    !define SIGN_COMMAND 'powershell.exe -NoProfile -ExecutionPolicy Bypass -File ".\sign.ps1"'
+    !define SIGN_SCRIPT "sign.ps1"
   !else
-    !define SIGN_COMMAND 'sh "${__FILEDIR__}/sign.sh"'
+    !define SIGN_COMMAND 'sh ./sign.sh'
+    !define SIGN_SCRIPT "sign.sh"
+  !endif
+  !if /FileExists "${SIGN_SCRIPT}"
+  !else
+    !error "${SIGN_SCRIPT} not found in the current folder: run makensis without /NOCD"
   !endif
   !finalize '${SIGN_COMMAND} "%1"' = 0
   !uninstfinalize '${SIGN_COMMAND} "%1"' = 0

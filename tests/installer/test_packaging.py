@@ -1,0 +1,316 @@
+"""The packaging checks that can run on Linux. All `slow`: `pytest -m slow tests/installer`.
+
+- installer/convmem.spec builds the one-folder app with PyInstaller (or CONVMEM_FROZEN_DIST names
+  a folder already built from it): three executables, resources, the unused Qt parts left out,
+  and a shim whose archive holds the standard library and convmem_app.{paths,shim} only;
+- installer/smoke_frozen.py passes on it: frozen `serve` write + read through the SDK's stdio
+  client, the frozen shim starting the frozen app offscreen, quit, reread;
+- installer/convmem.nsi compiles with `makensis -WX` (stub files stand in for the Windows
+  executables: PyInstaller cannot cross-build), and with a throwaway self-signed certificate its
+  `!finalize` / `!uninstfinalize` hooks sign the installer and the uninstaller inside it, which
+  `osslsigncode verify` accepts (and rejects once a byte is changed).
+
+The Windows installer itself is not built or run here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+INSTALLER = ROOT / "installer"
+EXECUTABLES = ("ConvMem", "convmem-cli", "convmem-shim")
+SHIM_OWN_MODULES = {"convmem_app", "convmem_app.paths", "convmem_app.shim"}
+
+pytestmark = pytest.mark.slow
+
+
+# ---- the PyInstaller build -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def frozen_dist(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    given = os.environ.get("CONVMEM_FROZEN_DIST")
+    if given:
+        yield Path(given).resolve()
+        return
+    pytest.importorskip("PyInstaller", reason="pip install -e '.[build]'")
+    work = tmp_path_factory.mktemp("pyinstaller")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "PyInstaller",
+            "--noconfirm",
+            "--log-level",
+            "WARN",
+            "--distpath",
+            str(work / "dist"),
+            "--workpath",
+            str(work / "build"),
+            str(INSTALLER / "convmem.spec"),
+        ],
+        cwd=ROOT,
+        check=True,
+    )
+    yield work / "dist" / "ConvMem"
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def test_one_folder_layout(frozen_dist: Path) -> None:
+    for name in EXECUTABLES:
+        path = frozen_dist / name
+        assert path.is_file() and os.access(path, os.X_OK), name
+    internal = frozen_dist / "_internal"
+    resources = internal / "convmem_app" / "resources"
+    assert (resources / "convmem.svg").is_file()
+    assert sorted(p.name for p in resources.glob("convmem-*.png")) == sorted(
+        p.name for p in (ROOT / "convmem_app" / "resources").glob("convmem-*.png")
+    )
+    qt = internal / "PySide6" / "Qt"
+    plugins = {p.relative_to(qt / "plugins").as_posix() for p in (qt / "plugins").rglob("*.so")}
+    assert "platforms/libqoffscreen.so" in plugins and "platforms/libqxcb.so" in plugins
+    assert "iconengines/libqsvgicon.so" in plugins
+    assert {p for p in plugins if p.startswith("imageformats/")} == {
+        "imageformats/libqico.so",
+        "imageformats/libqsvg.so",
+    }
+    assert not any(p.startswith(("tls/", "networkinformation/")) for p in plugins)
+    assert not (qt / "translations").exists()
+    for unused in ("mypy", "tkinter", "PySide6/QtQml.abi3.so", "PySide6/QtDBus.abi3.so"):
+        assert not (internal / unused).exists(), unused
+
+
+def test_the_shim_carries_only_the_standard_library(frozen_dist: Path) -> None:
+    from PyInstaller.archive.readers import CArchiveReader
+
+    archive = CArchiveReader(str(frozen_dist / "convmem-shim"))
+    modules = set(archive.open_embedded_archive("PYZ.pyz").toc)
+    ours = {name for name in modules if name.split(".")[0] == "convmem_app"}
+    assert ours == SHIM_OWN_MODULES
+    foreign = {
+        name
+        for name in modules - ours
+        if name.split(".")[0] not in sys.stdlib_module_names | {"__future__"}
+    }
+    assert foreign == set()
+    assert not any(name.startswith("pyi_rth_inspect") for name in archive.toc)
+    # The app's executable has the rest.
+    app_modules = set(
+        CArchiveReader(str(frozen_dist / "ConvMem")).open_embedded_archive("PYZ.pyz").toc
+    )
+    assert {"convmem_app.app", "convmem_engine.mcp", "mcp"} <= app_modules
+
+
+def test_frozen_programs_smoke(frozen_dist: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(INSTALLER / "smoke_frozen.py"), str(frozen_dist)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "smoke test passed"
+    assert sum(line.startswith("ok  ") for line in lines) == 5
+
+
+# ---- NSIS and Authenticode -------------------------------------------------------------------
+
+
+def _need(*tools: str) -> None:
+    missing = [tool for tool in tools if shutil.which(tool) is None]
+    if missing:
+        pytest.skip(f"not installed: {', '.join(missing)} (apt-get install nsis osslsigncode)")
+
+
+@pytest.fixture
+def stub_dist(tmp_path: Path) -> Path:
+    """Where the Windows build would be: stub files named like its executables and runtime."""
+    dist = tmp_path / "dist" / "ConvMem"
+    (dist / "_internal" / "PySide6").mkdir(parents=True)
+    for name in (
+        "ConvMem.exe",
+        "convmem-cli.exe",
+        "convmem-shim.exe",
+        "_internal/python311.dll",
+        "_internal/PySide6/Qt6Core.dll",
+    ):
+        (dist / name).write_bytes(b"stub for " + name.encode() + b"\n" + os.urandom(4096))
+    return dist
+
+
+@pytest.fixture
+def throwaway_certificate(tmp_path: Path) -> dict[str, str]:
+    """A self-signed code-signing certificate valid for two days, as sign.sh expects it."""
+    _need("openssl")
+    folder = tmp_path / "cert"
+    folder.mkdir()
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-sha256",
+            "-days",
+            "2",
+            "-nodes",
+            "-subj",
+            "/CN=ConvMem throwaway test signer",
+            "-addext",
+            "extendedKeyUsage=codeSigning",
+            "-addext",
+            "keyUsage=digitalSignature",
+            "-keyout",
+            str(folder / "key.pem"),
+            "-out",
+            str(folder / "cert.pem"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    (folder / "password").write_text("throwaway")
+    subprocess.run(
+        [
+            "openssl",
+            "pkcs12",
+            "-export",
+            "-inkey",
+            str(folder / "key.pem"),
+            "-in",
+            str(folder / "cert.pem"),
+            "-out",
+            str(folder / "cert.pfx"),
+            "-passout",
+            f"file:{folder / 'password'}",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return {
+        "CONVMEM_SIGN_PFX": str(folder / "cert.pfx"),
+        "CONVMEM_SIGN_PASSWORD_FILE": str(folder / "password"),
+        "CONVMEM_SIGN_CAFILE": str(folder / "cert.pem"),
+    }
+
+
+def _makensis(dist: Path, outfile: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            "makensis",
+            "-WX",
+            "-V2",
+            f"-DDIST={dist}",
+            f"-DOUTFILE={outfile}",
+            "installer/convmem.nsi",  # as build_windows.ps1 runs it; makensis cds to installer/
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+
+
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("CONVMEM_SIGN_")}
+
+
+def _verify(path: Path, cafile: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["osslsigncode", "verify", "-CAfile", cafile, "-in", str(path)],
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_nsis_script_compiles_unsigned(stub_dist: Path, tmp_path: Path) -> None:
+    _need("makensis", "osslsigncode")
+    outfile = tmp_path / "ConvMem-setup.exe"
+    done = _makensis(stub_dist, outfile, _clean_env())
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert outfile.read_bytes()[:2] == b"MZ"
+    assert "sign.sh" not in done.stdout  # no certificate configured: no signing hook
+    unsigned = subprocess.run(
+        ["osslsigncode", "verify", "-in", str(outfile)], capture_output=True, text=True
+    )
+    assert unsigned.returncode != 0
+
+
+def test_nsis_refuses_a_missing_build(tmp_path: Path) -> None:
+    _need("makensis")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    done = _makensis(empty, tmp_path / "x.exe", _clean_env())
+    assert done.returncode != 0
+    assert "build the app first" in done.stdout + done.stderr
+
+
+def test_nsis_signs_installer_and_uninstaller(
+    stub_dist: Path, tmp_path: Path, throwaway_certificate: dict[str, str]
+) -> None:
+    _need("makensis", "osslsigncode")
+    outfile = tmp_path / "ConvMem-setup.exe"
+    env = _clean_env() | throwaway_certificate
+    done = _makensis(stub_dist, outfile, env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    signed = [line for line in done.stdout.splitlines() if line.startswith("sign.sh: signed ")]
+    assert len(signed) == 2, done.stdout  # the uninstaller (a temporary file), then the installer
+    assert signed[-1] == f"sign.sh: signed {outfile}"
+    cafile = throwaway_certificate["CONVMEM_SIGN_CAFILE"]
+    verified = _verify(outfile, cafile)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "CN=ConvMem throwaway test signer" in verified.stdout
+
+    tampered = tmp_path / "tampered.exe"
+    data = bytearray(outfile.read_bytes())
+    data[len(data) // 3] ^= 0xFF  # inside the packed files, covered by the signature
+    tampered.write_bytes(bytes(data))
+    assert _verify(tampered, cafile).returncode != 0
+
+    if shutil.which("7z") is None:
+        return  # the uninstaller's own signature was verified by sign.sh (CONVMEM_SIGN_CAFILE)
+    unpacked = tmp_path / "unpacked"
+    subprocess.run(
+        ["7z", "x", f"-o{unpacked}", str(outfile)], check=True, capture_output=True, timeout=120
+    )
+    uninstaller = unpacked / "Uninstall ConvMem.exe"
+    verified = _verify(uninstaller, cafile)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    for name in ("ConvMem.exe", "convmem-cli.exe", "convmem-shim.exe", "_internal/python311.dll"):
+        assert (unpacked / name).read_bytes() == (stub_dist / name).read_bytes()
+
+
+def test_a_failing_signature_fails_the_build(
+    stub_dist: Path, tmp_path: Path, throwaway_certificate: dict[str, str]
+) -> None:
+    _need("makensis", "osslsigncode")
+    wrong = tmp_path / "wrong-password"
+    wrong.write_text("not the password")
+    env = _clean_env() | throwaway_certificate | {"CONVMEM_SIGN_PASSWORD_FILE": str(wrong)}
+    done = _makensis(stub_dist, tmp_path / "ConvMem-setup.exe", env)
+    assert done.returncode != 0
+    assert "sign.sh: signed" not in done.stdout
+
+
+def test_sign_sh_refuses_without_a_certificate(tmp_path: Path) -> None:
+    target = tmp_path / "x.exe"
+    target.write_bytes(b"MZ")
+    done = subprocess.run(
+        ["sh", str(INSTALLER / "sign.sh"), str(target)],
+        capture_output=True,
+        text=True,
+        env=_clean_env(),
+    )
+    assert done.returncode == 2
+    assert "CONVMEM_SIGN_PFX is not set" in done.stderr
+    assert target.read_bytes() == b"MZ"
