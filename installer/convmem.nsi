@@ -7,6 +7,7 @@
 ; OUTFILE  the installer to write (default ..\dist\ConvMem-<version>-setup.exe)
 ; VERSION  default: read from ..\pyproject.toml ([project] version, the file's first
 ;          `version = "..."` line); must be numeric x.y.z
+; TARGET   NSIS stub, default x86-unicode (amd64-unicode was used to run it under 64-bit Wine)
 ;
 ; Signing: when CONVMEM_SIGN_PFX (a PKCS#12 file) or CONVMEM_SIGN_THUMBPRINT (a certificate in
 ; the user's store, Windows only) is set in the environment, `!finalize` signs the installer and
@@ -20,10 +21,15 @@
 ;   same settings key the app's own "Start at login" menu item uses, so the tray shows it ticked;
 ; - an entry in Settings > Apps (HKCU), with an uninstaller that keeps the user's memories
 ;   (%LOCALAPPDATA%\ConvMem) and settings (%APPDATA%\ConvMem) unless the user ticks
-;   "Also delete my memories and settings". A silent uninstall (/S) always keeps them.
+;   "Also delete my memories and settings".
+; - silent use: `setup.exe /S [/AUTOSTART] [/D=<folder>]`; `"Uninstall ConvMem.exe" /S
+;   [/DELETEDATA]` (a silent uninstall keeps the memories unless /DELETEDATA is given).
 ; - refuses to overwrite or remove files while ConvMem, a shim or `convmem-cli` is running
 ;   (Windows keeps running executables locked) and asks the user to quit them first.
 
+!ifdef TARGET
+  Target ${TARGET}  ; e.g. amd64-unicode; the default x86-unicode stub runs on every Windows
+!endif
 Unicode true
 ManifestDPIAware true
 RequestExecutionLevel user
@@ -175,6 +181,10 @@ FunctionEnd
 Section "ConvMem" SecMain
   SectionIn RO
   SetShellVarContext current
+  ${If} $INSTDIR == "$LOCALAPPDATA\${APP_NAME}"  ; a silent /D= skips .onVerifyInstDir
+    MessageBox MB_OK|MB_ICONSTOP "$INSTDIR holds your memories: choose another folder." /SD IDOK
+    Abort "$INSTDIR is the data folder"
+  ${EndIf}
   !insertmacro WAIT_ALL_NOT_RUNNING
   ; An update replaces the whole runtime: no stale libraries from an older build stay behind.
   RMDir /r "$INSTDIR\_internal"
@@ -237,3 +247,23 @@ Section /o "un.Also delete my memories and settings" UnSecData
   RMDir /r "$LOCALAPPDATA\${APP_NAME}"
   RMDir /r "$APPDATA\${APP_NAME}"
 SectionEnd
+
+; ---- command-line options (silent installs and uninstalls) -------------------------------------
+
+Function .onInit
+  ${GetParameters} $R0
+  ClearErrors
+  ${GetOptions} $R0 "/AUTOSTART" $R1
+  ${IfNot} ${Errors}
+    SectionSetFlags ${SecAutostart} ${SF_SELECTED}
+  ${EndIf}
+FunctionEnd
+
+Function un.onInit
+  ${GetParameters} $R0
+  ClearErrors
+  ${GetOptions} $R0 "/DELETEDATA" $R1
+  ${IfNot} ${Errors}
+    SectionSetFlags ${UnSecData} ${SF_SELECTED}
+  ${EndIf}
+FunctionEnd

@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -314,3 +315,171 @@ def test_sign_sh_refuses_without_a_certificate(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "CONVMEM_SIGN_PFX is not set" in done.stderr
     assert target.read_bytes() == b"MZ"
+
+
+# ---- the installer running under Wine ---------------------------------------------------------
+
+
+def _wine_dir() -> Path:
+    for candidate in (shutil.which("wine64"), "/usr/lib/wine/wine64"):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate).parent
+    pytest.skip("wine64 is not installed (apt-get install wine64)")
+
+
+class Wine:
+    """A private 64-bit Wine prefix (no display: silent installs only)."""
+
+    def __init__(self, prefix: Path) -> None:
+        self.env = _clean_env() | {
+            "WINEPREFIX": str(prefix),
+            "WINEDEBUG": "-all",
+            "PATH": f"{_wine_dir()}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+        self.env.pop("DISPLAY", None)
+        self.env.pop("WAYLAND_DISPLAY", None)
+        self.run("wineboot", "--init")
+        self.profile = prefix / "drive_c" / "users" / os.environ.get("USER", "root")
+        if not self.profile.is_dir():
+            self.profile = next(
+                p for p in (prefix / "drive_c" / "users").iterdir() if p.name != "Public"
+            )
+        self.programs = self.profile / "AppData" / "Local" / "Programs" / "ConvMem"
+        self.data = self.profile / "AppData" / "Local" / "ConvMem"
+        self.settings = self.profile / "AppData" / "Roaming" / "ConvMem"
+
+    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            ["wine64", *args], capture_output=True, text=True, env=self.env, timeout=180
+        )
+        subprocess.run(["wineserver", "-w"], env=self.env, timeout=180)  # until all have ended
+        if check:
+            assert done.returncode == 0, (args, done.returncode, done.stdout, done.stderr)
+        return done
+
+    def reg_value(self, key: str, name: str) -> str | None:
+        done = self.run("reg", "query", key, "/v", name, check=False)
+        for line in done.stdout.replace("\r", "").splitlines():
+            parts = line.split(None, 2)
+            if len(parts) == 3 and parts[0] == name:
+                return parts[2]
+        return None
+
+    def close(self) -> None:
+        subprocess.run(["wineserver", "-k"], env=self.env, timeout=60)
+
+
+def _wait_for_windows_process(name: str, timeout: float = 60.0) -> None:
+    """Until a Wine process runs `name`: Wine sets the process's argv[0] to the executable's
+    path once it has loaded it (before, argv[0] is the `wine64` launcher)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    argv0 = (entry / "cmdline").read_bytes().split(b"\0")[0]
+                except OSError:
+                    continue
+                if argv0.endswith((b"/" + name.encode(), b"\\" + name.encode())):
+                    return
+        time.sleep(0.1)
+    raise AssertionError(f"no Wine process runs {name}")
+
+
+RUN_KEY = r"HKCU\Software\Microsoft\Windows\CurrentVersion\Run"
+UNINSTALL_KEY = r"HKCU\Software\Microsoft\Windows\CurrentVersion\Uninstall\ConvMem"
+
+
+@pytest.fixture
+def wine(tmp_path: Path) -> Iterator[Wine]:
+    _wine_dir()
+    prefix = Wine(tmp_path / "wineprefix")
+    yield prefix
+    prefix.close()
+
+
+def test_installer_and_uninstaller_run_under_wine(
+    stub_dist: Path, tmp_path: Path, wine: Wine
+) -> None:
+    """The compiled script's logic, run for real: 64-bit stub (`-DTARGET=amd64-unicode`, as
+    Debian's Wine is 64-bit only); the shipped x86-unicode stub runs the same script."""
+    _need("makensis")
+    setup = tmp_path / "ConvMem-setup.exe"
+    done = subprocess.run(
+        [
+            "makensis",
+            "-WX",
+            "-V2",
+            "-DTARGET=amd64-unicode",
+            f"-DDIST={stub_dist}",
+            f"-DOUTFILE={setup}",
+            "installer/convmem.nsi",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=_clean_env(),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+    # Install, with "start when I sign in".
+    wine.run(str(setup), "/S", "/AUTOSTART")
+    for name in ("ConvMem.exe", "convmem-cli.exe", "convmem-shim.exe", "_internal/python311.dll"):
+        assert (wine.programs / name).read_bytes() == (stub_dist / name).read_bytes()
+    assert (wine.programs / "Uninstall ConvMem.exe").is_file()
+    start_menu = wine.profile / "AppData/Roaming/Microsoft/Windows/Start Menu/Programs"
+    assert (start_menu / "ConvMem.lnk").is_file()
+    run_value = wine.reg_value(RUN_KEY, "ConvMem")
+    assert run_value is not None and run_value.endswith(r'\ConvMem\ConvMem.exe" --minimized')
+    ini = (wine.settings / "ConvMem.ini").read_text(encoding="utf-8")
+    assert ini.splitlines() == ["[General]", "startAtLogin=true"]
+    assert wine.reg_value(UNINSTALL_KEY, "DisplayVersion") is not None
+
+    # The user's data, and a file of theirs in the program folder.
+    wine.data.mkdir()
+    (wine.data / "active.log").write_bytes(b"memories")
+    (wine.programs / "notes.txt").write_text("mine")
+
+    # A running ConvMem.exe (Wine's ping.exe stands in) blocks an update; without it, it works.
+    running = wine.programs / "ConvMem.exe"
+    shutil.copyfile(wine.profile.parent.parent / "windows" / "system32" / "ping.exe", running)
+    pinger = subprocess.Popen(
+        ["wine64", str(running), "-n", "120", "127.0.0.1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=wine.env,
+    )
+    try:
+        _wait_for_windows_process("ConvMem.exe")
+        blocked = subprocess.run(
+            ["wine64", str(setup), "/S"], capture_output=True, env=wine.env, timeout=180
+        )
+        assert blocked.returncode == 2  # aborted: "ConvMem.exe is in use"
+        assert running.read_bytes() != (stub_dist / "ConvMem.exe").read_bytes()
+    finally:
+        pinger.kill()
+        wine.close()
+        pinger.wait()
+    wine.run(str(setup), "/S")
+    assert running.read_bytes() == (stub_dist / "ConvMem.exe").read_bytes()
+
+    # The data folder is never an install folder, also silently.
+    data_dir = rf"C:\users\{wine.profile.name}\AppData\Local\ConvMem"
+    refused = wine.run(str(setup), "/S", f"/D={data_dir}", check=False)
+    assert refused.returncode == 2
+    assert sorted(p.name for p in wine.data.iterdir()) == ["active.log"]
+
+    # A silent uninstall removes the program and keeps the memories, settings and user files.
+    wine.run(str(wine.programs / "Uninstall ConvMem.exe"), "/S")
+    assert sorted(p.name for p in wine.programs.iterdir()) == ["notes.txt"]
+    assert not (start_menu / "ConvMem.lnk").exists()
+    assert wine.reg_value(RUN_KEY, "ConvMem") is None
+    assert wine.reg_value(UNINSTALL_KEY, "DisplayVersion") is None
+    assert (wine.data / "active.log").read_bytes() == b"memories"
+    assert (wine.settings / "ConvMem.ini").is_file()
+
+    # /DELETEDATA (the "Also delete my memories and settings" box) removes them too.
+    wine.run(str(setup), "/S")
+    wine.run(str(wine.programs / "Uninstall ConvMem.exe"), "/S", "/DELETEDATA")
+    assert not wine.data.exists() and not wine.settings.exists()
+    assert (wine.programs / "notes.txt").read_text() == "mine"
