@@ -8,9 +8,12 @@
 - installer/convmem.nsi compiles with `makensis -WX` (stub files stand in for the Windows
   executables: PyInstaller cannot cross-build), and with a throwaway self-signed certificate its
   `!finalize` / `!uninstfinalize` hooks sign the installer and the uninstaller inside it, which
-  `osslsigncode verify` accepts (and rejects once a byte is changed).
+  `osslsigncode verify` accepts (and rejects once a byte is changed);
+- under Wine (64-bit stub), the silent installer and uninstaller do what the script promises:
+  files, shortcut, Run value, settings key, uninstall entry, "in use" refusal, data kept unless
+  /DELETEDATA.
 
-The Windows installer itself is not built or run here.
+The Windows build itself (PyInstaller on Windows, the x86 installer on Windows) is not run here.
 """
 
 from __future__ import annotations
