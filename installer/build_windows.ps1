@@ -4,7 +4,8 @@
     dist\ConvMem-<version>-setup.exe.
 
 .DESCRIPTION
-    1. a build venv (.venv-build) with `pip install .[build]` (PyInstaller + the app's deps);
+    1. a build venv (build\venv, git-ignored like dist\) with `pip install .[build]`
+       (PyInstaller + the app's deps);
     2. PyInstaller: installer\convmem.spec -> dist\ConvMem\ (ConvMem.exe, convmem-cli.exe,
        convmem-shim.exe, _internal\);
     3. signs the three executables (sign.ps1);
@@ -95,7 +96,7 @@ try {
     Write-Host "ConvMem $Version, signing: $Signing"
 
     # 1. the build venv
-    $Venv = Join-Path $Root ".venv-build"
+    $Venv = Join-Path $Root "build\venv"
     $Py = Join-Path $Venv "Scripts\python.exe"
     Measure-Step "venv + pip install" {
         if (-not (Test-Path $Py)) {
