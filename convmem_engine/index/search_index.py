@@ -115,8 +115,37 @@ def query_words(folded: str) -> list[str]:
     return list(dict.fromkeys(words))
 
 
+def _periodic_end(hay: str, start: int, q: int) -> int:
+    """The first x >= start with hay[x] != hay[x - q] (len(hay) if none). Slice compares
+    of doubling length, then a binary search: O(x - start) character compares, in C."""
+    h = len(hay)
+    pos = start
+    step = 64
+    while pos < h:
+        size = min(step, h - pos)
+        if hay[pos : pos + size] == hay[pos - q : pos - q + size]:
+            pos += size
+            step *= 2
+            continue
+        lo, hi = 0, size  # hay[pos : pos + lo] matches; hay[pos : pos + hi] does not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if hay[pos : pos + mid] == hay[pos - q : pos - q + mid]:
+                lo = mid
+            else:
+                hi = mid
+        return pos + lo
+    return h
+
+
 def _match_level(needle: str, hay: str) -> float:
-    """WHOLE_WORD, PARTIAL_WORD or 0.0 for the best occurrence of `needle` in `hay`."""
+    """WHOLE_WORD, PARTIAL_WORD or 0.0 for the best occurrence of `needle` in `hay`.
+
+    Linear in len(hay) even for periodic texts ("aaaa" in a megabyte of "a"): when two
+    occurrences overlap (at i and i + q, q < len(needle)), the text is q-periodic from i for a
+    while and every occurrence inside that run but the last has the same neighbouring
+    characters as the one at i + q, so only that last one is checked, and the scan goes on
+    after it."""
     i = hay.find(needle)
     if i < 0:
         return 0.0
@@ -126,13 +155,28 @@ def _match_level(needle: str, hay: str) -> float:
         return WHOLE_WORD
     n = len(needle)
     h = len(hay)
-    while i >= 0:
-        if (not first_word or i == 0 or not _is_word_char(hay[i - 1])) and (
-            not last_word or i + n == h or not _is_word_char(hay[i + n])
-        ):
+
+    def whole(at: int) -> bool:
+        return (not first_word or at == 0 or not _is_word_char(hay[at - 1])) and (
+            not last_word or at + n == h or not _is_word_char(hay[at + n])
+        )
+
+    while True:
+        if whole(i):
             return WHOLE_WORD
-        i = hay.find(needle, i + 1)
-    return PARTIAL_WORD
+        j = hay.find(needle, i + 1)
+        if j < 0:
+            return PARTIAL_WORD
+        q = j - i
+        if q < n and not whole(j):
+            # hay[x] == hay[x - q] for i + q <= x < end; the occurrences i + t*q that end by
+            # `end` are copies with the same neighbours as j, except possibly the last.
+            end = _periodic_end(hay, j + n, q)
+            last = i + q * ((end - n - i) // q)
+            if last > j and whole(last):
+                return WHOLE_WORD
+            j = max(j, last)
+        i = j
 
 
 def _tags_level(needle: str, tags: Sequence[str]) -> float:

@@ -77,6 +77,8 @@ def _describe(error: SchemaError) -> str:
         return f"{field}: must be {word}"
     if keyword == "enum":
         return f"{field}: must be one of {', '.join(str(v) for v in schema.get('enum', ()))}"
+    if field == "cursor" and keyword in ("minLength", "maxLength"):
+        return f"{field}: must be a nextCursor returned by read_messages"
     if keyword == "minLength":
         if schema.get("minLength") == 1:
             return f"{field}: must not be empty"

@@ -17,6 +17,7 @@ from typing import Any, Final
 from convmem_engine.domain import limits as L
 from convmem_engine.domain.message import MEMORY_KINDS, MEMORY_TIERS, RELATION_TYPES, ROLES
 from convmem_engine.domain.validation import ULID_RE
+from convmem_engine.service.cursors import CURSOR_MAX_CHARS
 
 SERVER_NAME: Final = "convmem"
 
@@ -97,10 +98,11 @@ def _text(description: str, max_bytes: int, *, min_bytes: int = 0) -> dict[str, 
     return schema
 
 
-def _json_text(description: str, max_bytes: int | None = None) -> dict[str, Any]:
-    schema: dict[str, Any] = {"type": "string", "description": description}
-    if max_bytes is not None:
-        schema["maxLength"] = max_bytes
+def _json_text(description: str, max_bytes: int = L.METADATA_JSON_MAX_BYTES) -> dict[str, Any]:
+    """A string holding JSON: never empty ("" is not JSON), at most `max_bytes` (the service's
+    limit for every *_json argument)."""
+    schema: dict[str, Any] = {"type": "string", "description": description, "minLength": 1}
+    schema["maxLength"] = max_bytes
     return schema
 
 
@@ -271,6 +273,8 @@ READ_MESSAGES = ToolSpec(
                 "type": "string",
                 "description": "history and sessions: the nextCursor of the previous page "
                 "(opaque; pass it back unchanged).",
+                "minLength": 1,
+                "maxLength": CURSOR_MAX_CHARS,
             },
             "session_id": _session_id("history: the session to read (required for history)."),
             "message_id": _message_id(

@@ -588,3 +588,56 @@ def test_large_random_corpus_against_reference(kind: str) -> None:
         for limit in (1, 20):
             assert_like_reference(idx, msgs, q, limit)
         assert_like_reference(idx, msgs, q, 5, session_id="s3")
+
+
+def _reference_level(needle: str, hay: str) -> float:
+    """Every occurrence checked one by one (the definition of the level)."""
+    from convmem_engine.index.search_index import PARTIAL_WORD, WHOLE_WORD, _is_word_char
+
+    i = hay.find(needle)
+    if i < 0:
+        return 0.0
+    fw, lw = _is_word_char(needle[0]), _is_word_char(needle[-1])
+    n, h = len(needle), len(hay)
+    while i >= 0:
+        if (not fw or i == 0 or not _is_word_char(hay[i - 1])) and (
+            not lw or i + n == h or not _is_word_char(hay[i + n])
+        ):
+            return WHOLE_WORD
+        i = hay.find(needle, i + 1)
+    return PARTIAL_WORD
+
+
+_PIECES = st.text(alphabet="ab -é設", min_size=0, max_size=4)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_PIECES, _PIECES, st.integers(0, 8), _PIECES, st.data())
+def test_match_level_equals_checking_every_occurrence(
+    head: str, period: str, times: int, tail: str, data: st.DataObject
+) -> None:
+    """Periodic texts included: the run-skipping scan gives the same level as checking every
+    occurrence."""
+    from convmem_engine.index.search_index import _match_level
+
+    hay = head + period * times + tail
+    if hay and data.draw(st.booleans()):
+        a = data.draw(st.integers(0, len(hay) - 1))
+        needle = hay[a : a + data.draw(st.integers(1, 8))]
+    else:
+        needle = data.draw(st.text(alphabet="ab -é設", min_size=1, max_size=6))
+    assert _match_level(needle, hay) == _reference_level(needle, hay)
+
+
+def test_periodic_text_and_query_are_scored_without_visiting_every_occurrence() -> None:
+    """A 4096-character query of one repeated letter against 1 MiB of that letter: the old
+    scan visited each of the million overlapping occurrences (4096 compares each, about a
+    minute); now it is one run. Correct level either way."""
+    from convmem_engine.index.search_index import PARTIAL_WORD, WHOLE_WORD, _match_level
+
+    hay = "a" * (1 << 20)
+    assert _match_level("a" * 4096, hay) == PARTIAL_WORD
+    assert _match_level("a" * 4096, hay[:-1] + " ") == PARTIAL_WORD
+    assert _match_level("a" * 4096, " " + "a" * 4096) == WHOLE_WORD
+    assert _match_level("a-" * 2000 + "a", "a-" * 500_000 + "a") == WHOLE_WORD
+    assert _match_level("ab" * 2048, "x" + "ab" * 500_000 + "x") == PARTIAL_WORD
