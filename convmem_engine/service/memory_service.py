@@ -207,17 +207,25 @@ class MemoryService:
             log.exception("search index build failed")
             error = f"search index: build failed ({type(e).__name__})"
         with self._lock.write():
+            if index is not self._search:
+                # Replaced meanwhile (the indexes were rebuilt after a failed update): the
+                # new index is complete and ready; this one is dropped.
+                return
             pending = self._search_pending or []
             self._search_pending = None
             if not error and not self._search_cancel:
-                for op, msg, new in pending:
-                    if op == "add":
-                        index.add(msg)
-                    elif op == "remove":
-                        index.remove(msg)
-                    else:
-                        assert new is not None
-                        index.replace(msg, new)
+                try:
+                    for op, msg, new in pending:
+                        if op == "add":
+                            index.add(msg)
+                        elif op == "remove":
+                            index.remove(msg)
+                        else:
+                            assert new is not None
+                            index.replace(msg, new)
+                except Exception as e:  # never leave searches waiting for a ready index
+                    log.error("search index: applying queued changes failed: %s", type(e).__name__)
+                    error = f"search index: build failed ({type(e).__name__})"
             self._search_error = error
             self._search_ready.set()
         if len(messages) >= BACKGROUND_SEARCH_FROM:

@@ -130,3 +130,29 @@ def test_failed_rebuild_marks_the_indexes_broken_until_rebuild_index(tmp_path: P
         assert svc.get_system_health()["status"] == "OK"
     finally:
         svc.close()
+
+
+def test_failed_background_search_build_is_reported_by_health(tmp_path: Path) -> None:
+    """A search index built in the background that fails: search_messages raises
+    INTERNAL_ERROR and health says DEGRADED (not OK) until rebuild_index rebuilds it."""
+    with MemoryService.open(tmp_path / "data") as svc:
+        for i in range(6):
+            write(svc, f"delta {i}")
+    faults = Faults()
+    faults.remaining = 1
+    svc = MemoryService.open(
+        tmp_path / "data",
+        search_index_factory=lambda: FailingSearchIndex(faults),
+        background_search_from=3,
+    )
+    try:
+        with pytest.raises(InternalError):
+            svc.search_messages(query="delta")
+        health = svc.get_system_health()
+        assert health["status"] == "DEGRADED"
+        assert health["last_error"] == "search index: build failed (MemoryError)"
+        assert svc.rebuild_index()["messages_indexed"] == 6
+        assert len(found(svc, "delta")) == 6
+        assert svc.get_system_health()["status"] == "OK"
+    finally:
+        svc.close()
