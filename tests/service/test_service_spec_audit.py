@@ -132,15 +132,8 @@ def test_context_cap_counts_exactly_fifty(svc: MemoryService) -> None:
     """context: at most 50 messages (the message, its neighbours, its relation entries,
     deleted stubs included); truncated only when something was left out."""
     hub = write(svc, "hub", session="hub")
-    spokes = [
-        write(
-            svc,
-            f"spoke {i}",
-            session="spokes",
-            relations=[{"type": "related_to", "message_id": hub}],
-        )
-        for i in range(49)
-    ]
+    to_hub = [{"type": "related_to", "message_id": hub}]
+    spokes = [write(svc, f"spoke {i}", session="spokes", relations=to_hub) for i in range(49)]
     out = svc.read_messages(view="context", message_id=hub, before=10, after=10)
     assert (len(out["relations"]), out["truncated"]) == (49, False)  # 1 + 49 = 50
     one_more = write(svc, "spoke 49", session="spokes", relations=to_hub)
