@@ -108,6 +108,7 @@ class _LineSession:
         self.max_in_flight = max_in_flight
         self.in_flight = 0  # == sum(self.pending.values())
         self.progress = anyio.Event()  # set whenever a request is settled
+        self.server_done = False
         self.send_lock = anyio.Lock()
         self.broken = False
         self.pending: Counter[str | int] = Counter()
@@ -144,13 +145,18 @@ class _LineSession:
             self.settled.set()
 
     async def writer(self) -> None:
-        async with self.from_server:
-            async for item in self.from_server:
-                message = item.message
-                data = message.model_dump_json(by_alias=True, exclude_unset=True).encode()
-                await self.write(data + b"\n")
-                if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
-                    self._settle(message.id)
+        try:
+            async with self.from_server:
+                async for item in self.from_server:
+                    message = item.message
+                    data = message.model_dump_json(by_alias=True, exclude_unset=True).encode()
+                    await self.write(data + b"\n")
+                    if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
+                        self._settle(message.id)
+        finally:
+            # The server side is done: no answer will come, so nothing may wait for one.
+            self.server_done = True
+            self.progress.set()
 
     async def handle_line(self, line: bytes) -> None:
         line = line.strip()
@@ -184,7 +190,7 @@ class _LineSession:
 
     async def wait_for_room(self) -> None:
         """Block reading while `max_in_flight` requests are unanswered."""
-        while self.in_flight >= self.max_in_flight and not self.broken:
+        while self.in_flight >= self.max_in_flight and not (self.broken or self.server_done):
             self.progress = anyio.Event()
             await self.progress.wait()
 
