@@ -52,6 +52,7 @@ _INTERSECT_RATIO: Final = 16  # ... and the next list at most this many times th
 _LANE_RATIO: Final = 16  # walk an importance level's own list when it is this much shorter
 _ADAPT_AFTER: Final = 1024  # candidates walked with a full heap of >= 0.8 scores and no early
 # stop before the walk learns which documents may hold a whole-word match
+_SINGLES_SIZED: Final = 8  # one-code-point words whose candidate unions are sized
 _SEPS_EXACT: Final = 64  # 1-code-point whole-word bound: exact 3-gram test up to this many
 _START: Final = "\x02"  # edge-gram markers: field start / field end
 _END: Final = "\x03"
@@ -233,12 +234,15 @@ def _breakdown(
             return None
         return (c, s, t)
     found_all = True
+    phrase_found = c > 0.0 or s > 0.0 or t > 0.0
     cw = sw = tw = 0.0
     for w in q.words:
         lc = _match_level(w, content)
         ls = _match_level(w, summary) if summary else 0.0
         lt = _tags_level(w, tags) if tags else 0.0
         if lc == 0.0 and ls == 0.0 and lt == 0.0:
+            if not phrase_found:
+                return None  # neither the phrase nor every word: no match (stop early)
             found_all = False
         cw += lc
         sw += ls
@@ -730,6 +734,14 @@ class SearchIndex:
             return sorted(survivors), self._filters(rest, scope)
         best: list[array[int]] | None = None
         best_size = 0
+        if len(singles) > _SINGLES_SIZED:
+            # Any one of them can drive (candidates are verified against every word); size
+            # only the few with the fewest distinct 2-grams, a cheap estimate of rarity, so a
+            # query of a thousand one-character words costs a handful of unions, not 1000.
+            bigrams = self._char_bigrams
+            singles = heapq.nsmallest(
+                _SINGLES_SIZED, singles, key=lambda ch: len(bigrams.get(ch, ()))
+            )
         for ch in singles:
             parts = [p for g in self._char_bigrams.get(ch, ()) if (p := post.get(g)) is not None]
             single = self._singles.get(ch)

@@ -641,3 +641,22 @@ def test_periodic_text_and_query_are_scored_without_visiting_every_occurrence() 
     assert _match_level("a" * 4096, " " + "a" * 4096) == WHOLE_WORD
     assert _match_level("a-" * 2000 + "a", "a-" * 500_000 + "a") == WHOLE_WORD
     assert _match_level("ab" * 2048, "x" + "ab" * 500_000 + "x") == PARTIAL_WORD
+
+
+def test_many_one_code_point_words_size_only_a_few_unions() -> None:
+    """A query of more one-code-point words than are sized (the rarest estimates drive):
+    same results as the reference, including words missing from the index entirely."""
+    rng = __import__("random").Random(11)
+    chars = [chr(0x4E00 + i) for i in range(30)] + list("abcxyz")
+    messages = [
+        msg(
+            i, " ".join(rng.choice(chars) for _ in range(rng.randrange(3, 40))), session=f"s{i % 3}"
+        )
+        for i in range(300)
+    ]
+    idx, msgs = build(messages)
+    for words in (chars[:12], chars[5:25], [*chars[:10], "q"], list("abcxyz設計"), chars):
+        query = " ".join(words)
+        assert_like_reference(idx, msgs, query)
+        assert_like_reference(idx, msgs, query, 5, session_id="s1")
+        assert_like_reference(idx, msgs, " ".join(rng.sample(words, len(words))), 3)
