@@ -163,3 +163,22 @@ def test_context_cap_counts_exactly_fifty(svc: MemoryService) -> None:
     total = 1 + len(ctx["before"]) + len(ctx["after"]) + len(out["relations"])
     assert total == 50 and out["truncated"] is True
     assert out["session"] == {"session_id": "spokes", "message_count": 48}
+
+
+def test_next_cursor_only_when_more_follow(svc: MemoryService) -> None:
+    """history / sessions: nextCursor is present exactly when more items follow the page
+    (a page that ends exactly at the last item has none)."""
+    for i in range(3):
+        write(svc, f"m{i}", session="s")
+    for i in range(2):
+        write(svc, f"t{i}", session=f"t{i}")
+    assert set(svc.read_messages(session_id="s", limit=3)) == {"history"}
+    page = svc.read_messages(session_id="s", limit=2)
+    assert set(page) == {"history", "nextCursor"}
+    rest = svc.read_messages(session_id="s", limit=2, cursor=page["nextCursor"])
+    assert set(rest) == {"history"} and len(rest["history"]) == 1
+    assert set(svc.read_messages(view="sessions", limit=3)) == {"sessions"}
+    page = svc.read_messages(view="sessions", limit=2)
+    assert set(page) == {"sessions", "nextCursor"}
+    rest = svc.read_messages(view="sessions", limit=2, cursor=page["nextCursor"])
+    assert set(rest) == {"sessions"} and len(rest["sessions"]) == 1
