@@ -74,6 +74,8 @@ def _describe(error: SchemaError) -> str:
     if keyword == "type":
         wanted = schema.get("type")
         word = _TYPE_WORDS.get(str(wanted), str(wanted))
+        if error.instance is None:  # a null tells us nothing about the value: safe to say
+            return f"{field}: must be {word} (omit the argument to use its default)"
         return f"{field}: must be {word}"
     if keyword == "enum":
         return f"{field}: must be one of {', '.join(str(v) for v in schema.get('enum', ()))}"

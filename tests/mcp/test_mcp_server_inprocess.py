@@ -197,6 +197,11 @@ def test_validation_messages_name_field_and_rule_never_the_value() -> None:
             "query: must be a string",
         ),
         (
+            "write_message",
+            {"session_id": "s", "role": "user", "content": "c", "metadata_json": None},
+            "metadata_json: must be a string (omit the argument to use its default)",
+        ),
+        (
             "read_messages",
             {"before": -1},
             "before: must be between 0 and 10",
