@@ -53,6 +53,7 @@ _LANE_RATIO: Final = 16  # walk an importance level's own list when it is this m
 _ADAPT_AFTER: Final = 1024  # candidates walked with a full heap of >= 0.8 scores and no early
 # stop before the walk learns which documents may hold a whole-word match
 _SINGLES_SIZED: Final = 8  # one-code-point words whose candidate unions are sized
+_BOUND_WORDS: Final = 64  # pass 2 learns the whole-word documents for at most this many words
 _SEPS_EXACT: Final = 64  # 1-code-point whole-word bound: exact 3-gram test up to this many
 _START: Final = "\x02"  # edge-gram markers: field start / field end
 _END: Final = "\x03"
@@ -257,6 +258,40 @@ def _breakdown(
     if t == 0.0:
         t = WORDS_FACTOR * tw / n
     return (round(c, _ROUND), round(s, _ROUND), round(t, _ROUND))
+
+
+def _hits(
+    heap: list[tuple[float, int, int, str]], messages: Mapping[str, Message], q: _Query
+) -> list[SearchHit]:
+    """The kept keys, best first, as hits with their score breakdown."""
+    hits: list[SearchHit] = []
+    for score, _imp, _ts, mid in sorted(heap, reverse=True):
+        parts = _breakdown(messages[mid], q)
+        assert parts is not None
+        hits.append(
+            SearchHit(
+                message_id=mid,
+                score=score,
+                score_breakdown=dict(zip(FIELDS, parts, strict=True)),
+                matched_fields=[f for f, v in zip(FIELDS, parts, strict=True) if v > 0.0],
+            )
+        )
+    return hits
+
+
+@lru_cache(maxsize=64)
+def _partial_words_bound(n: int) -> float:
+    """The best words-only score (no phrase in any field) of a message in which one of the
+    `n` words is found only inside longer words: the field sum of `_breakdown` with that word
+    at PARTIAL_WORD and every other at WHOLE_WORD, in each position (the float sums are
+    computed exactly as `_breakdown` does, so the bound is never below a real score)."""
+    best = 0.0
+    for k in range(n):
+        total = 0.0
+        for i in range(n):
+            total += PARTIAL_WORD if i == k else WHOLE_WORD
+        best = max(best, round(WORDS_FACTOR * total / n, _ROUND))
+    return best
 
 
 def _whole_word_matters(phrase: str) -> bool:
@@ -574,20 +609,43 @@ class SearchIndex:
             self._run_pass(
                 q, messages, accept, limit, heap, words_plan, WHOLE_WORD, None, min_importance
             )
-        hits: list[SearchHit] = []
-        for score, _imp, _ts, mid in sorted(heap, reverse=True):
-            msg = messages[mid]
-            parts = _breakdown(msg, q)
-            assert parts is not None
-            hits.append(
-                SearchHit(
-                    message_id=mid,
-                    score=score,
-                    score_breakdown=dict(zip(FIELDS, parts, strict=True)),
-                    matched_fields=[f for f, v in zip(FIELDS, parts, strict=True) if v > 0.0],
-                )
-            )
-        return hits
+        return _hits(heap, messages, q)
+
+    @staticmethod
+    def scan(
+        query: str,
+        messages: Mapping[str, Message],
+        *,
+        accept: Callable[[Message], bool] | None = None,
+        limit: int,
+        session_id: str | None = None,
+        min_importance: int = 0,
+    ) -> list[SearchHit]:
+        """What `search` returns on an index of exactly `messages`, without an index: every
+        message is scored with the same function (`_score`) and kept under the same key, so
+        results, order and the `limit` guarantee are the same. Linear in the messages (the
+        service uses it while its index is still being built)."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        if not query:
+            return []
+        q = _Query(query)
+        heap: list[tuple[float, int, int, str]] = []
+        for mid, msg in messages.items():
+            if session_id is not None and msg.session_id != session_id:
+                continue
+            imp = msg.metadata.importance
+            if imp < min_importance or (accept is not None and not accept(msg)):
+                continue
+            score = _score(msg, q)
+            if score is None:
+                continue
+            key = (score, imp, msg.timestamp, mid)
+            if len(heap) < limit:
+                heapq.heappush(heap, key)
+            elif key > heap[0]:
+                heapq.heapreplace(heap, key)
+        return _hits(heap, messages, q)
 
     def _run_pass(
         self,
@@ -618,9 +676,17 @@ class SearchIndex:
         skip = seen if seen is not None and not record else None
         ts_bound: list[int] | None = None
         # After _ADAPT_AFTER candidates walked while every slot holds a score of at least
-        # PARTIAL_WORD, learn which documents may hold the phrase as a whole word; the others
-        # can score at most PARTIAL_WORD.
-        adapt = max_score == WHOLE_WORD and _whole_word_matters(q.phrase)
+        # `cap`, learn which documents may hold a whole-word match; the others can score at
+        # most `cap`. Pass 1 (and a one-pass query): the phrase as a whole word, else at most
+        # PARTIAL_WORD. Pass 2: every word as a whole word somewhere, else one word is only
+        # inside longer words and the score is at most _partial_words_bound(words).
+        cap = 0.0
+        if max_score == WHOLE_WORD:
+            if _whole_word_matters(q.phrase):
+                cap = PARTIAL_WORD
+        elif len(q.words) <= _BOUND_WORDS and any(map(_whole_word_matters, q.words)):
+            cap = _partial_words_bound(len(q.words))
+        adapt = cap > 0.0
         whole: set[int] | None = None
         walked = 0
         narrowed: list[int] | None = None  # documents of `whole`, newest first
@@ -661,14 +727,14 @@ class SearchIndex:
                                 return False
                     if record:
                         seen.add(doc)  # type: ignore[union-attr]
-                    if adapt and len(heap) == limit and heap[0][0] >= PARTIAL_WORD:
+                    if adapt and len(heap) == limit and heap[0][0] >= cap:
                         walked += 1
                         if whole is None and walked >= _ADAPT_AFTER:
-                            whole = self._whole_word_docs(q.phrase)
+                            whole = self._whole_docs(q, max_score)
                         if whole is not None and doc not in whole:
                             if ts_bound is None:
                                 ts_bound = list(accumulate(self._blk_ts, max))
-                            if (PARTIAL_WORD, level, ts_bound[doc >> _BLOCK_SHIFT]) < heap[0][:3]:
+                            if (cap, level, ts_bound[doc >> _BLOCK_SHIFT]) < heap[0][:3]:
                                 # Bounds only fall from here on: every remaining document
                                 # outside `whole` (this level and below) is out for good.
                                 adapt = False
@@ -756,6 +822,21 @@ class SearchIndex:
                 union.update(p)
             return sorted(union), []
         return None, []
+
+    def _whole_docs(self, q: _Query, max_score: float) -> set[int]:
+        """Pass 1: `_whole_word_docs(phrase)`. Pass 2: the documents that may hold every word
+        (of those that need a boundary) as a whole word: the intersection of their sets."""
+        if max_score == WHOLE_WORD:
+            return self._whole_word_docs(q.phrase)
+        result: set[int] | None = None
+        for w in q.words:
+            if not _whole_word_matters(w):
+                continue
+            docs = self._whole_word_docs(w)
+            result = docs if result is None else result & docs
+            if not result:
+                break
+        return result if result is not None else set()
 
     def _whole_word_docs(self, phrase: str) -> set[int]:
         """A superset of the documents where `phrase` occurs with a word boundary on each side

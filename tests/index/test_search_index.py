@@ -160,6 +160,11 @@ def assert_like_reference(
     )
     got = [(h.message_id, h.score) for h in hits]
     assert got == ref_search(msgs, query, limit, session_id, min_importance), query
+    # The index-free scan (used while an index is being built) gives the very same hits.
+    scanned = SearchIndex.scan(
+        query, msgs, limit=limit, session_id=session_id, min_importance=min_importance
+    )
+    assert scanned == hits, query
 
 
 # -- properties -----------------------------------------------------------------------------
@@ -535,10 +540,47 @@ def test_whole_word_bounds_after_a_long_walk() -> None:
             )
         )
     idx, msgs = build(messages)
-    for q in ("lo", "lo and", "hello", "llo", "lol"):
+    for q in ("lo", "lo and", "hello", "llo", "lol", "lo lo", "lo lol", "hel lo lo", "lo  ,lo"):
         for limit in (1, 5, 30):
             assert_like_reference(idx, msgs, q, limit)
     assert_like_reference(idx, msgs, "lo", 10, min_importance=55)
+    assert_like_reference(idx, msgs, "lo lo", 10, min_importance=55)
+
+
+def test_words_only_pass_learns_whole_words_after_a_long_walk() -> None:
+    # A multi-word query whose words are nearly always inside longer words ("hello", "lol",
+    # "atlas"): pass 2 holds `limit` hits below 0.5 and cannot stop on the 0.5 bound; past the
+    # adaptive threshold it walks only documents where every word may be whole. The few
+    # whole-word documents are old, low in the walk order, in content, summaries and tags.
+    rare = {
+        5: ("lo at", None, ()),  # both words whole: 0.5
+        40: ("hello at", None, ()),  # one whole, one partial
+        900: ("atlas", "lo", ()),  # lo whole in the summary only
+        1500: ("hello", None, ("at", "lo")),  # both whole in tags
+        2222: ("at, lo!", None, ()),
+        2999: ("lo-at", None, ()),
+    }
+    messages = []
+    for i in range(3000):
+        content, summary, tags = rare.get(
+            i, (("hello atlas", "lol that", "hello", "flat lollipop")[i % 4], None, ())
+        )
+        messages.append(
+            msg(
+                i,
+                content,
+                summary=summary,
+                tags=tags,
+                importance=(50, 50, 70)[i % 3],
+                timestamp=(i * 7919) % 2500,
+            )
+        )
+    idx, msgs = build(messages)
+    for q in ("lo lo", "lo at", "at lo", "lo at lo", "at at at", "ll at", "l a"):
+        for limit in (1, 4, 7, 25):
+            assert_like_reference(idx, msgs, q, limit)
+    assert_like_reference(idx, msgs, "lo at", 3, min_importance=60)
+    assert_like_reference(idx, msgs, "lo at", 3, session_id="s")
 
 
 @pytest.mark.parametrize("kind", ["spaced", "unspaced", "many separators"])
@@ -582,6 +624,7 @@ def test_large_random_corpus_against_reference(kind: str) -> None:
     ]
     idx, msgs = build(messages)
     queries = ["lo", "la", "lo la", "hel", "ve", "設計", "🎉", "é", "e\u0301", "lota", "la-lo"]
+    queries += ["lo lo", "la ve lo", "ta ta ta", "e lo"]
     queries += ["e", "l", "o", "q", "一", "丁"]
     queries += [text() for _ in range(6)]
     for q in queries:
