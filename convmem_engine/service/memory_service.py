@@ -78,10 +78,12 @@ class MemoryService:
         """Wrap an open store (prefer `MemoryService.open`). Builds every index.
 
         A store of at least `background_search_from` messages gets its search index built on
-        a background thread: the service is usable at once, and `search_messages`,
-        `get_system_health` and `rebuild_index` wait until that build is done. Writes made
-        meanwhile are queued and applied to the index when it is. `clock` (UTC milliseconds)
-        and `response_budget` (bytes) are seams for tests, and so is `search_index_factory`
+        a background thread: the service is usable at once. Until that build is done,
+        `search_messages` scores the live messages directly (`SearchIndex.scan`: the same
+        results), `get_system_health` reports `search_index_bytes` 0, and `rebuild_index`
+        waits for it. Writes made meanwhile are queued and applied to the index when it is.
+        `clock` (UTC milliseconds) and `response_budget` (bytes) are seams for tests, and so is
+        `search_index_factory`
         (makes each new, empty search index; a subclass can inject a failure, like the store's
         `FileSystem` seam).
         """
@@ -234,6 +236,12 @@ class MemoryService:
     def _wait_for_search(self) -> None:
         """Called before taking the lock (the builder needs it to finish)."""
         self._search_ready.wait()
+
+    def wait_for_search_index(self, timeout: float | None = None) -> bool:
+        """Wait until the search index is built (at once when it is not building); True when
+        it is, False after `timeout` seconds. Searches never need this (they scan meanwhile);
+        for tests and tools that want the finished index, e.g. to measure its build."""
+        return self._search_ready.wait(timeout)
 
     def _search_apply(self, op: str, msg: Message, new: Message | None = None) -> None:
         if self._search_pending is not None:
@@ -557,15 +565,22 @@ class MemoryService:
         if not filters.empty:
             accept = filters.accepts_message
 
-        self._wait_for_search()
+        # No wait for a background search build: under the read lock its state cannot change
+        # (the builder declares the index ready under the write lock). Until then, every live
+        # message is scored directly: the same scoring, ranking and limit as the index.
         with self._lock.read():
             self._check_open()
-            if self._search_error:
-                raise InternalError(self._search_error)
             messages = self._store.messages
-            hits = self._search.search(
-                q, messages, accept=accept, limit=limit_, session_id=sid, min_importance=floor
-            )
+            if self._search_ready.is_set():
+                if self._search_error:
+                    raise InternalError(self._search_error)
+                hits = self._search.search(
+                    q, messages, accept=accept, limit=limit_, session_id=sid, min_importance=floor
+                )
+            else:
+                hits = SearchIndex.scan(
+                    q, messages, accept=accept, limit=limit_, session_id=sid, min_importance=floor
+                )
             budget = Budget(_RESULTS_RESERVE, self._budget)
             results: list[dict[str, Any]] = []
             for hit in hits:
@@ -642,7 +657,6 @@ class MemoryService:
     # -- get_system_health -------------------------------------------------------------------
 
     def get_system_health(self) -> dict[str, Any]:
-        self._wait_for_search()
         with self._lock.read():
             self._check_closed()
             stats = self._store.stats()
@@ -655,7 +669,9 @@ class MemoryService:
                 + dict_table_bytes(acc.entries)
                 + session_ids_bytes(self._history.session_ids())
             )
-            search_bytes = self._search.memory_bytes()
+            # While the background build runs, its thread fills the index without a lock, so
+            # the index is not read: it counts 0 until ready (docs/semantics.md).
+            search_bytes = self._search.memory_bytes() if self._search_ready.is_set() else 0
             history_bytes = self._history.memory_bytes()
             relation_bytes = self._relations.memory_bytes()
             estimate = {

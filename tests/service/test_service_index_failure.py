@@ -146,6 +146,8 @@ def test_failed_background_search_build_is_reported_by_health(tmp_path: Path) ->
         background_search_from=3,
     )
     try:
+        # Until the build has ended, searches scan the store; once it has failed they raise.
+        assert svc.wait_for_search_index(timeout=60)
         with pytest.raises(InternalError):
             svc.search_messages(query="delta")
         health = svc.get_system_health()

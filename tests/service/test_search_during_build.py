@@ -1,0 +1,140 @@
+"""search_messages while the search index is still being built in the background.
+
+The build is held open deterministically through the service's `search_index_factory` seam: a
+subclass of the real SearchIndex whose `add` (the build step) waits on an Event the test
+controls. Until the test opens the gate, searches are answered by scoring the live messages
+(`SearchIndex.scan`); they must equal the brute-force reference of tests/index, and equal it
+again once the build has finished (index path), including writes made during the build.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from svc_helpers import write
+
+from convmem_engine.domain.message import Message
+from convmem_engine.index.search_index import SearchIndex
+from convmem_engine.service import MemoryService
+from tests.index.test_search_index import ref_search
+
+
+class GatedSearchIndex(SearchIndex):
+    """The real index; each `add` first waits for the gate (the build cannot finish)."""
+
+    def __init__(self, gate: threading.Event, started: threading.Event) -> None:
+        super().__init__()
+        self.gate = gate
+        self.started = started
+
+    def add(self, msg: Message) -> None:
+        self.started.set()
+        if not self.gate.wait(timeout=120):
+            raise TimeoutError("test gate never opened")
+        super().add(msg)
+
+
+QUERIES = [
+    "alpha",
+    "Beta",
+    "al",
+    "a",
+    "gamma delta",
+    "delta gamma",
+    "ha ha",
+    "lo lo",
+    "zzz",
+    "phase one",
+    "設計",
+]
+
+
+def live(svc: MemoryService) -> dict[str, Message]:
+    return dict(svc._store.messages)  # test only: the reference reads the same live messages
+
+
+def results(svc: MemoryService, query: str, **kw: Any) -> list[tuple[str, float]]:
+    out = svc.search_messages(query=query, **kw)["results"]
+    return [(r["message_id"], r["score"]) for r in out]
+
+
+def check_all(svc: MemoryService) -> None:
+    msgs = live(svc)
+    for q in QUERIES:
+        for limit in (1, 3, 20, 100):
+            assert results(svc, q, limit=limit) == ref_search(msgs, q, limit), (q, limit)
+        assert results(svc, q, limit=5, session_id="s2") == ref_search(msgs, q, 5, "s2"), q
+        assert results(svc, q, limit=5, min_importance=60) == ref_search(
+            msgs, q, 5, min_importance=60
+        ), q
+    # Breakdown and matched fields come from the same scoring on both paths.
+    full = svc.search_messages(query="gamma delta", limit=100)["results"]
+    for r in full:
+        assert set(r["score_breakdown"]) == {"content", "summary", "tags"}
+        assert r["matched_fields"] == [k for k, v in r["score_breakdown"].items() if v > 0]
+
+
+def seed(data: Path) -> list[str]:
+    words = ["alpha", "beta", "gamma", "delta", "hello", "lol", "phase", "one", "設計書"]
+    ids = []
+    with MemoryService.open(data) as svc:
+        for i in range(240):
+            text = " ".join(words[(i * k) % len(words)] for k in (1, 3, 5)) + f" n{i}"
+            md: dict[str, Any] = {"importance": (50, 50, 70, 20)[i % 4]}
+            if i % 9 == 0:
+                md["summary"] = "alpha phase"
+            if i % 11 == 0:
+                md["tags"] = ["delta", "lollipop"]
+            ids.append(
+                str(
+                    svc.write_message(
+                        session_id=f"s{i % 5}",
+                        role="user",
+                        content=text if i % 13 else "ha ha, hello lo",
+                        metadata_json=json.dumps(md),
+                    )["message"]["message_id"]
+                )
+            )
+    return ids
+
+
+def test_search_during_the_background_build_equals_the_reference(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    ids = seed(data)
+    gate = threading.Event()
+    started = threading.Event()
+    svc = MemoryService.open(
+        data,
+        background_search_from=10,
+        search_index_factory=lambda: GatedSearchIndex(gate, started),
+    )
+    try:
+        assert started.wait(timeout=60)  # the builder is inside its first add, held there
+        assert not svc.wait_for_search_index(timeout=0)
+        check_all(svc)
+
+        # Health does not wait: the index is not counted while it builds.
+        health = svc.get_system_health()
+        assert health["memory_estimate"]["search_index_bytes"] == 0
+        assert health["status"] == "OK" and health["active_messages"] == 240
+
+        # Writes, updates and deletes during the build: searches see them at once.
+        write(svc, "gamma delta fresh", session="s2", importance=70)
+        write(svc, "alpha", session="s1")
+        svc.update_message(message_id=ids[3], content="delta gamma ha ha")
+        svc.update_message(message_id=ids[4], metadata_json=json.dumps({"tags": ["alpha"]}))
+        svc.delete_message(message_id=ids[5])
+        assert not svc.wait_for_search_index(timeout=0)
+        check_all(svc)
+
+        gate.set()
+        assert svc.wait_for_search_index(timeout=120)
+        check_all(svc)
+        assert svc.get_system_health()["memory_estimate"]["search_index_bytes"] > 0
+        assert svc.check() == []
+    finally:
+        gate.set()
+        svc.close()
