@@ -5,8 +5,9 @@ timestamps as the service makes them) and closed, which writes a snapshot.
 
 Measured, each next to a peer run in the same process:
 - open: `MemoryService.open` (store open from the snapshot, history and relation indexes
-  built; the search index then builds in the background) in a fresh child process; the time
-  until the first search returns (search index ready); peak RSS once everything is built;
+  built; the search index then builds in the background) in a fresh child process; searches
+  and get_system_health right after open (answered while the build runs, by scanning); the
+  time until the search index is ready; peak RSS once everything is built;
   peer: `Store.open` alone in another fresh child;
 - a session's first history page (limit 100) for 300 sessions; peer: SQLite (WAL, an index on
   (session, id)) returning the same rows as JSON, decoded;
@@ -47,6 +48,16 @@ from convmem_engine.service.ids import UlidSource
 from convmem_engine.storage import Store
 
 LIMIT = 20
+# One or two per query class of bench_search; run right after open, during the search build.
+DURING_BUILD_QUERIES = [
+    "hello",
+    "the",
+    "saxophone",
+    "how are you",
+    "i don't know",
+    "dog park",
+    "lo",
+]
 
 
 def p95(xs: list[float]) -> float:
@@ -109,8 +120,33 @@ def child_service(data_dir: str, repeat: int) -> None:
     t1 = time.perf_counter()
     svc.read_messages(session_id=first, limit=100)
     out["first_page_after_open_s"] = time.perf_counter() - t1
-    svc.search_messages(query="hello", limit=LIMIT)  # waits for the background search build
+    # Searches right after open, while the search index builds in the background: answered by
+    # scoring every live message (SearchIndex.scan). Each is labelled with whether the build
+    # was still running when it returned (scan path) or had finished (index path).
+    during: list[list[object]] = []
+    for q in DURING_BUILD_QUERIES:
+        t1 = time.perf_counter()
+        svc.search_messages(query=q, limit=LIMIT)
+        during.append([q, time.perf_counter() - t1, not svc.wait_for_search_index(0)])
+    t1 = time.perf_counter()
+    health_during = svc.get_system_health()
+    out["health_during_build"] = [
+        time.perf_counter() - t1,
+        not svc.wait_for_search_index(0),
+        health_during["memory_estimate"]["search_index_bytes"],
+    ]
+    out["search_during_build"] = during
+    svc.wait_for_search_index()
     out["search_ready_s"] = time.perf_counter() - t0
+    # The same queries on the finished index, for comparison.
+    after: list[list[object]] = []
+    for q in DURING_BUILD_QUERIES:
+
+        def search(q: str = q) -> object:
+            return svc.search_messages(query=q, limit=LIMIT)
+
+        after.append([q, statistics.median(timed(search, 3))])
+    out["search_after_build"] = after
     out["rss_mb"] = peak_rss_mb()
     out["rss_after_open_mb"] = current_rss_mb()
     health = svc.get_system_health()
@@ -271,6 +307,24 @@ def main() -> None:
     print(
         f"| open until search is ready (background build) | {float(svc['search_ready_s']):.2f} s"
         f" | {store['open_s']:.2f} s | {float(svc['search_ready_s']) / store['open_s']:.2f} |"
+    )
+    during = svc["search_during_build"]
+    assert isinstance(during, list)
+    for q, secs, running in during:
+        state = "build running" if running else "build had finished"
+        print(f"| search_messages '{q}' right after open ({state}) | {ms(secs)} | | |")
+    hd = svc["health_during_build"]
+    assert isinstance(hd, list)
+    print(
+        f"| get_system_health right after open ({'build running' if hd[1] else 'built'}; "
+        f"search_index_bytes {hd[2]}) | {ms(hd[0])} | | |"
+    )
+    after = svc["search_after_build"]
+    assert isinstance(after, list)
+    print(
+        "| the same searches once built | "
+        + ", ".join(f"'{q}' {ms(secs)}" for q, secs in after)
+        + " | | |"
     )
     print(
         "| first history page right after open (build running) | "
