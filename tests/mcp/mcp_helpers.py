@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import socket
 import sys
@@ -16,6 +15,9 @@ import mcp_types as types
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.message import SessionMessage
+from tool_results import call, payload
+
+__all__ = ["call", "payload"]  # re-exported: the MCP tests import them from here
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 ERAS = ("legacy", "auto")  # the initialize handshake; 2026-07-28 via server/discover
@@ -45,21 +47,6 @@ async def serve_client(data_dir: Path, mode: str, errlog: Any, *, prefix: list[s
     transport = stdio_client(serve_params(data_dir, prefix=prefix), errlog=errlog)
     async with Client(transport, mode=mode) as client:
         yield client
-
-
-def payload(result: types.CallToolResult) -> dict[str, Any]:
-    assert len(result.content) == 1
-    block = result.content[0]
-    assert isinstance(block, types.TextContent)
-    data: dict[str, Any] = json.loads(block.text)
-    return data
-
-
-async def call(client: Client, name: str, **arguments: Any) -> dict[str, Any]:
-    result = await client.call_tool(name, arguments)
-    data = payload(result)
-    assert result.is_error is False, data
-    return data
 
 
 async def call_error(client: Client, name: str, **arguments: Any) -> dict[str, Any]:

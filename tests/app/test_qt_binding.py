@@ -1,0 +1,63 @@
+"""The Qt binding must not corrupt Python's reference counts.
+
+PySide6-Essentials 6.12.0 returned the results of `Signal.emit()` (a bool) and
+`QCoreApplication.processEvents()` (None) without a reference of their own: every call took
+one reference away from True or None, and after a few thousand signals (a busy app relays one
+per MCP reply) CPython aborted with "deallocating True". The full test suite hit it as a
+segfault. pyproject.toml keeps that release out; this test catches any release that brings the
+bug back, without crashing: it counts references over a few hundred calls.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+from PySide6.QtCore import QCoreApplication, QObject, Signal
+from pytestqt.qtbot import QtBot
+
+CALLS = 300
+SLACK = 20  # unrelated references taken or dropped meanwhile (caches, the test itself)
+
+
+class Emitter(QObject):
+    payload = Signal(object)
+    bare = Signal()
+
+
+def test_emit_keeps_reference_counts(qtbot: QtBot) -> None:
+    emitter = Emitter()
+    received: list[object] = []
+    emitter.payload.connect(received.append)
+    emitter.bare.connect(lambda: None)
+    before = sys.getrefcount(True), sys.getrefcount(False)
+    for i in range(CALLS):
+        emitter.payload.emit(("reply", i))
+        emitter.bare.emit()
+    after = sys.getrefcount(True), sys.getrefcount(False)
+    assert len(received) == CALLS
+    assert abs(after[0] - before[0]) < SLACK, f"True lost {before[0] - after[0]} references"
+    assert abs(after[1] - before[1]) < SLACK
+
+
+def test_queued_emit_from_another_thread_keeps_payloads_alive(qtbot: QtBot) -> None:
+    """The app's pattern: a worker thread emits, the GUI thread receives (queued)."""
+    emitter = Emitter()
+    received: list[tuple[str, int]] = []
+    emitter.payload.connect(received.append)
+    before = sys.getrefcount(True)
+    worker = threading.Thread(
+        target=lambda: [emitter.payload.emit(("reply", i)) for i in range(CALLS)]
+    )
+    worker.start()
+    qtbot.waitUntil(lambda: len(received) == CALLS, timeout=30_000)
+    worker.join()
+    assert received == [("reply", i) for i in range(CALLS)]
+    assert abs(sys.getrefcount(True) - before) < SLACK
+
+
+def test_process_events_keeps_reference_counts(qtbot: QtBot) -> None:
+    before = sys.getrefcount(None)
+    for _ in range(CALLS):
+        QCoreApplication.processEvents()
+    assert abs(sys.getrefcount(None) - before) < SLACK
