@@ -114,8 +114,8 @@ def wait_for(signal: SignalInstance, timeout_s: float = 120.0) -> list[Any]:
 def settle(ms: int = 50) -> None:
     """Run the event loop for `ms` (0: until the events pending now, paints included, are done).
 
-    Never `QCoreApplication.processEvents()`: in PySide6 6.12 each call drops a reference to
-    None, and a loop of a few thousand calls crashes the interpreter ("deallocating None")."""
+    A QEventLoop rather than `processEvents()`: PySide6 6.12.0 dropped a reference to None on
+    every `processEvents()` call (see tests/app/test_qt_binding.py)."""
     loop = QEventLoop()
     QTimer.singleShot(ms, loop.quit)
     loop.exec()
