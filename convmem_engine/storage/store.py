@@ -190,6 +190,7 @@ class Store:
         return store
 
     def _abandon(self) -> None:
+        """Close the log descriptor and release the lock (a failed open, or close)."""
         if self._fd >= 0:
             with contextlib.suppress(OSError):
                 self._fs.close(self._fd)
@@ -835,12 +836,7 @@ class Store:
                             self._write_snapshot()
             finally:
                 self._drain_syncs()
-                if self._fd >= 0:
-                    with contextlib.suppress(OSError):
-                        self._fs.close(self._fd)
-                    self._fd = -1
-                self._closed = True
-                self._lock.release()
+                self._abandon()
             if error is not None:
                 raise error
 
