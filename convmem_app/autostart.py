@@ -9,24 +9,16 @@ Standard library only; nothing is written unless the user enables the setting.
 from __future__ import annotations
 
 import os
-import shlex
 import subprocess
 import sys
 from pathlib import Path
 from xml.sax.saxutils import escape
 
+# The command an autostart entry runs is the one a shim runs: the app, minimised, for a data dir.
+from convmem_app.shim import app_command
+
 ENTRY_NAME = "ConvMem"
 RUN_KEY = r"Software\Microsoft\Windows\CurrentVersion\Run"
-
-
-def app_command(data_dir: Path) -> list[str]:
-    """The command an autostart entry runs: the app, minimised, for `data_dir`."""
-    tail = ["--minimized", "--data-dir", str(data_dir)]
-    if getattr(sys, "frozen", False):  # the bundled tray app, also when run from convmem-cli
-        from convmem_app.shim import frozen_app_executable
-
-        return [str(frozen_app_executable()), *tail]
-    return [sys.executable, "-m", "convmem_app", "app", *tail]
 
 
 def desktop_file() -> Path:
@@ -103,8 +95,3 @@ def disable() -> None:
         return
     path = launch_agent_file() if sys.platform == "darwin" else desktop_file()
     path.unlink(missing_ok=True)
-
-
-def describe(command: list[str]) -> str:
-    """The command as a shell would show it (for messages)."""
-    return shlex.join(command)
