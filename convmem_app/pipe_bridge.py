@@ -93,7 +93,6 @@ class _Connection:
     socket: QLocalSocket
     mode: str = "sniff"  # sniff -> mcp | control
     buffer: bytes = b""
-    engine_done: bool = False
 
 
 class PipeBridge(QObject):
@@ -143,10 +142,6 @@ class PipeBridge(QObject):
     @property
     def host_count(self) -> int:
         return self._hosts
-
-    @property
-    def server_name(self) -> str:
-        return self._local.fullServerName()
 
     def set_status_provider(self, provider: Callable[[], dict[str, object]]) -> None:
         """Extra fields for the answer to a `status` control message."""
@@ -249,7 +244,6 @@ class PipeBridge(QObject):
         # after what is still buffered has been written.
         conn = self._connections.get(cid)
         if conn is not None:
-            conn.engine_done = True
             conn.socket.disconnectFromServer()
 
     def _set_hosts(self, count: int) -> None:
