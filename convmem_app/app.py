@@ -58,7 +58,6 @@ from convmem_engine.domain.errors import BusyError
 log = logging.getLogger(__name__)
 
 EXIT_OK = 0
-EXIT_USAGE = 2
 EXIT_STARTUP_FAILED = 3
 BUSY_WAIT_DEFAULT = 10.0
 QUIT_GRACE = 10.0
@@ -92,6 +91,13 @@ def send_control(name: str, command: str, timeout_ms: int = 2000) -> dict[str, A
         return None
     finally:
         sock.abort()
+
+
+def handover_command(minimized: bool) -> str:
+    """The control message a starting app sends an app already running for its data dir. A
+    minimised start (the shim, start at login) only checks the running app is there; a start by
+    the user brings its window to the front."""
+    return "status" if minimized else "raise"
 
 
 # ---- host configuration ---------------------------------------------------------------------
@@ -287,12 +293,6 @@ class ConvMemApp(QObject):
         if not self.has_tray or not self.minimized:
             self.show_window()
 
-    @property
-    def _handover_command(self) -> str:
-        # A minimised start (the shim, start at login) only checks the running app is there;
-        # a start by the user brings its window to the front.
-        return "status" if self.minimized else "raise"
-
     def _control_status(self) -> dict[str, object]:
         visible = self.window is not None and self.window.isVisible()
         return {"state": self.state, "pid": os.getpid(), "window_visible": visible}
@@ -306,8 +306,9 @@ class ConvMemApp(QObject):
             if self._busy_deadline is None:
                 self._busy_deadline = now + self.busy_wait
             # Maybe another app is starting up and will answer shortly: hand over to it.
+            command = handover_command(self.minimized)
             with contextlib.suppress(OSError):
-                if send_control(endpoint(self.data_dir), self._handover_command, 500) is not None:
+                if send_control(endpoint(self.data_dir), command, 500) is not None:
                     self._set_state("handed-over")
                     self._finish()
                     return
@@ -574,8 +575,7 @@ def main(argv: list[str] | None = None) -> int:
 
         with contextlib.suppress(Exception):
             ctypes.windll.user32.AllowSetForegroundWindow(-1)  # type: ignore[attr-defined,unused-ignore]
-    command = "status" if args.minimized else "raise"
-    if name is not None and send_control(name, command) is not None:
+    if name is not None and send_control(name, handover_command(args.minimized)) is not None:
         print("convmem app: already running for this data dir", file=sys.stderr)
         return EXIT_OK
     app = ConvMemApp(data_dir, minimized=args.minimized)
