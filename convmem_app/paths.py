@@ -68,10 +68,10 @@ def runtime_dir() -> Path:
 
 def endpoint(data_dir: Path) -> str:
     """The QLocalServer name / socket path the app for `data_dir` listens on."""
-    name = f"convmem-{_user()}-{_digest(data_dir)}"
+    digest = _digest(data_dir)
     if sys.platform == "win32":
-        return name
-    return str(runtime_dir() / f"{_digest(data_dir)}.sock")
+        return f"convmem-{_user()}-{digest}"
+    return str(runtime_dir() / f"{digest}.sock")
 
 
 def windows_pipe_path(name: str) -> str:
