@@ -329,10 +329,9 @@ class _Outstanding:
 
     @staticmethod
     def _lines(buffer: bytearray, data: bytes) -> list[bytes]:
-        if b"\n" not in data:
-            buffer += data
-            return []
         buffer += data
+        if b"\n" not in data:
+            return []
         *complete, rest = bytes(buffer).split(b"\n")
         buffer[:] = rest
         return complete
