@@ -40,8 +40,6 @@ from tool_results import call
 from convmem_app.paths import endpoint
 from convmem_engine.service import MemoryService
 
-pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
-
 HOSTS = 16
 INITIALIZE = initialize_request("raw-host")
 
