@@ -195,10 +195,6 @@ class HistoryIndex:
         page = sess.ids[start : start + limit]
         return page, start + limit < len(sess.ids)
 
-    def has_after(self, session_id: str, after: str) -> bool:
-        sess = self._sessions.get(session_id)
-        return sess is not None and bisect_right(sess.ids, after) < len(sess.ids)
-
     def neighbours(
         self, session_id: str, message_id: str, before: int, after: int
     ) -> tuple[list[str], list[str]]:
@@ -215,9 +211,6 @@ class HistoryIndex:
         start = 0 if after_key is None else bisect_right(self._order_keys, after_key)
         page = self._order_sessions[start : start + limit]
         return page, start + limit < len(self._order_sessions)
-
-    def sessions_have_after(self, after_key: str) -> bool:
-        return bisect_right(self._order_keys, after_key) < len(self._order_keys)
 
     def memory_bytes(self) -> int:
         """Bytes of the index's own containers (ids are shared with the store, not counted)."""

@@ -88,6 +88,3 @@ class MessageAccounting:
         self.entry_bytes -= entry_bytes(msg)
         self.body_bytes -= body_bytes(msg)
         self.metadata_bytes -= metadata_bytes(msg.metadata)
-
-    def clear(self) -> None:
-        self.entries = self.entry_bytes = self.body_bytes = self.metadata_bytes = 0

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from convmem_engine.domain.errors import CorruptStoreError
 from convmem_engine.storage.fs import FileSystem
-from convmem_engine.storage.record import HEADER, HEADER_SIZE, MAGIC, RECORD_TYPES, header_problem
+from convmem_engine.storage.record import HEADER, HEADER_SIZE, MAGIC, header_problem
 
 _CHUNK = 1 << 20
 
@@ -150,7 +150,3 @@ class LogScanner:
     @property
     def last_sequence(self) -> int | None:
         return self._prev_seq
-
-
-def record_type_name(rtype: int) -> str:
-    return RECORD_TYPES.get(rtype, str(rtype))

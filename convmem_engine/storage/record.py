@@ -148,7 +148,3 @@ def decode_generation(payload: bytes) -> int:
         raise ValueError("GENERATION payload has no integer generation")
     gen: int = d["generation"]
     return gen
-
-
-def record_size(payload_len: int) -> int:
-    return HEADER_SIZE + payload_len
