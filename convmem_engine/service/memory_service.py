@@ -65,6 +65,17 @@ def _freeze_heap() -> None:
     gc.freeze()
 
 
+def _apply_search_change(index: SearchIndex, op: str, msg: Message, new: Message | None) -> None:
+    """Apply one change ("add", "remove" or "replace" `msg` by `new`) to a search index."""
+    if op == "add":
+        index.add(msg)
+    elif op == "remove":
+        index.remove(msg)
+    else:
+        assert new is not None
+        index.replace(msg, new)
+
+
 class MemoryService:
     def __init__(
         self,
@@ -218,13 +229,7 @@ class MemoryService:
             if not error and not self._search_cancel:
                 try:
                     for op, msg, new in pending:
-                        if op == "add":
-                            index.add(msg)
-                        elif op == "remove":
-                            index.remove(msg)
-                        else:
-                            assert new is not None
-                            index.replace(msg, new)
+                        _apply_search_change(index, op, msg, new)
                 except Exception as e:  # never leave searches waiting for a ready index
                     log.error("search index: applying queued changes failed: %s", type(e).__name__)
                     error = f"search index: build failed ({type(e).__name__})"
@@ -246,13 +251,8 @@ class MemoryService:
     def _search_apply(self, op: str, msg: Message, new: Message | None = None) -> None:
         if self._search_pending is not None:
             self._search_pending.append((op, msg, new))
-        elif op == "add":
-            self._search.add(msg)
-        elif op == "remove":
-            self._search.remove(msg)
         else:
-            assert new is not None
-            self._search.replace(msg, new)
+            _apply_search_change(self._search, op, msg, new)
 
     def _index_add(self, msg: Message) -> None:
         self._history.add(msg)
