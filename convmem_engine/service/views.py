@@ -139,7 +139,7 @@ def context(
         + 1,  # slack for the separator accounting below
         state.budget,
     )
-    budget.count = 1  # the message itself; following entries need a separator
+    budget.count = 1  # the message itself (counts toward the cap); entries need a separator
     truncated = False
     before_ids, after_ids = state.history.neighbours(msg.session_id, message_id, before, after)
     taken_before: list[dict[str, Any]] = []
@@ -151,15 +151,13 @@ def context(
             order.append((taken_before, before_ids[-1 - i]))
         if i < len(after_ids):
             order.append((taken_after, after_ids[i]))
-    count = 1
     for target_list, mid in order:
         neighbour = state.messages[mid]
         item = neighbour.to_json()
-        if count >= cap or not budget.take(item, message_bound(neighbour)):
+        if budget.count >= cap or not budget.take(item, message_bound(neighbour)):
             truncated = True
             break
         target_list.append(item)
-        count += 1
     taken_before.sort(key=lambda m: str(m["message_id"]))
     relations: list[dict[str, Any]] = []
     visited = {message_id}
@@ -202,11 +200,10 @@ def context(
                         "message": target.to_json(),
                     }
                     bound += message_bound(target)
-                if count >= cap or not budget.take(entry, bound):
+                if budget.count >= cap or not budget.take(entry, bound):
                     truncated = True
                     break
                 relations.append(entry)
-                count += 1
                 if target is not None:
                     next_frontier.append(target)
             if truncated:
