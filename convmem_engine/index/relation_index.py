@@ -11,7 +11,7 @@ Derived state only; not thread-safe by itself (the service guards it).
 from __future__ import annotations
 
 import sys
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from collections.abc import Iterable
 
 from convmem_engine.domain.message import Message
@@ -39,7 +39,7 @@ class RelationIndex:
                 entry = (msg.message_id, rel.type)
                 i = bisect_left(entries, entry)
                 if i == len(entries) or entries[i] != entry:
-                    insort(entries, entry)
+                    entries.insert(i, entry)
 
     def remove(self, msg: Message) -> None:
         for rel in msg.metadata.relations:
