@@ -25,8 +25,6 @@ from convmem_engine.domain import limits
 from convmem_engine.mcp import TOOLS
 from convmem_engine.service import MemoryService
 
-pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
-
 
 def run(coro: Any) -> Any:
     return anyio.run(coro)
@@ -168,7 +166,10 @@ def test_error_codes_end_to_end(tmp_path: Path, mode: str) -> None:
             )
             assert error["code"] == "CONFLICT"
 
-    run(scenario)
+    try:
+        run(scenario)
+    finally:
+        errlog.close()
 
 
 def test_io_error_end_to_end(tmp_path: Path) -> None:
@@ -193,7 +194,10 @@ def test_io_error_end_to_end(tmp_path: Path) -> None:
             history = await call(client, "read_messages", session_id="s")
             assert [m["message_id"] for m in history["history"]] == [kept["message"]["message_id"]]
 
-    run(scenario)
+    try:
+        run(scenario)
+    finally:
+        errlog.close()
 
 
 def _spawn(data_dir: Path, *extra: str) -> subprocess.Popen[bytes]:
@@ -215,6 +219,8 @@ def _finish(proc: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
     proc.wait(timeout=60)
     if proc.stdin is not None:
         proc.stdin.close()
+    proc.stdout.close()
+    proc.stderr.close()
     return rest, err
 
 
