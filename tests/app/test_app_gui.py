@@ -26,7 +26,6 @@ from convmem_engine.service import MemoryService
 pytestmark = [
     pytest.mark.gui,
     pytest.mark.qt_log_ignore("This plugin does not support"),
-    pytest.mark.filterwarnings("ignore::ResourceWarning"),
 ]
 
 INITIALIZE = lines(initialize_request("gui-test"))

@@ -18,7 +18,7 @@ from convmem_app.pipe_bridge import SHUTTING_DOWN_CODE, PipeBridge
 from convmem_engine.mcp import build_server, serve_lines
 from convmem_engine.service import MemoryService
 
-pytestmark = [pytest.mark.gui, pytest.mark.filterwarnings("ignore::ResourceWarning")]
+pytestmark = pytest.mark.gui
 
 
 INITIALIZE = lines(initialize_request("bridge-test"))
