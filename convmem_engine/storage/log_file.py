@@ -130,7 +130,6 @@ class LogScanner:
             pos += need
             res.end = buf_start + pos
             yield offset, rtype, seq, payload
-        self._prev_seq = prev
 
     def _refill(self, buf: bytes, buf_start: int, pos: int, need: int) -> tuple[bytes, int, int]:
         rest = buf[pos:]
@@ -146,7 +145,3 @@ class LogScanner:
             parts.append(chunk)
             have += len(chunk)
         return b"".join(parts), new_start, 0
-
-    @property
-    def last_sequence(self) -> int | None:
-        return self._prev_seq
