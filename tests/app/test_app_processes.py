@@ -52,6 +52,7 @@ def stored_ids(data_dir: Path) -> set[str]:
         for entry in sessions:
             history = service.read_messages(session_id=entry["session_id"], limit=1000)
             ids.update(m["message_id"] for m in history["history"])
+        assert service.check() == []
         return ids
     finally:
         service.close()
