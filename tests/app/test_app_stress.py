@@ -13,7 +13,7 @@ from app_helpers import shim_client, start_app, wait_listening
 from test_app_processes import stored_ids
 from tool_results import call
 
-pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::ResourceWarning")]
+pytestmark = pytest.mark.slow
 
 ROUNDS = 3
 HOSTS = 24
