@@ -155,8 +155,11 @@ def test_large_store_default_background_build_under_load(tmp_path: Path) -> None
     store = Store.open(tmp_path / "d")
     ids = UlidSource()
     seq = 0
+    paged_bulk: list[str] = []  # session s5 before the load: never deleted
     for i in range(n):
         mid, ts = ids.next()
+        if i % 300 == 5:
+            paged_bulk.append(mid)
         seq = store.write_put(
             Message(mid, f"s{i % 300}", ts, "user", f"bulk{i % 97} row {i}", 1, ts)
         )
@@ -185,9 +188,11 @@ def test_large_store_default_background_build_under_load(tmp_path: Path) -> None
         for t in threads:
             t.start()
         pages = 0
+        seen: list[str] = []
         cursor = None
         while True:
             out = svc.read_messages(session_id="s5", limit=10, cursor=cursor)
+            seen.extend(m["message_id"] for m in out["history"])
             pages += 1
             cursor = out.get("nextCursor")
             if cursor is None:
@@ -195,6 +200,8 @@ def test_large_store_default_background_build_under_load(tmp_path: Path) -> None
         for t in threads:
             t.join()
         assert not errors and pages > 1
+        assert seen == sorted(set(seen))  # in order, no duplicates
+        assert set(paged_bulk) <= set(seen)  # no skips of messages live throughout
         for token, mid in kept[::7]:
             hits = svc.search_messages(query=token)["results"]
             assert [h["message_id"] for h in hits] == [mid]
