@@ -593,19 +593,21 @@ class SearchIndex:
                 return []
         q = _Query(query)
         heap: list[tuple[float, int, int, str]] = []
-        words_plan = self._plan(q.terms(), scope)
         if q.multi:
             # Pass 1: documents that may hold the whole phrase (best score 1.0). Pass 2: the
-            # rest of the all-words candidates, whose score cannot exceed WORDS_FACTOR.
+            # rest of the all-words candidates, whose score cannot exceed WORDS_FACTOR (planned
+            # only when pass 1 did not stop early).
             seen: set[int] = set()
             phrase_plan = self._plan([q.phrase], scope)
             if self._run_pass(
                 q, messages, accept, limit, heap, phrase_plan, WHOLE_WORD, seen, min_importance
             ):
+                words_plan = self._plan(q.terms(), scope)
                 self._run_pass(
                     q, messages, accept, limit, heap, words_plan, WORDS_FACTOR, seen, min_importance
                 )
         else:
+            words_plan = self._plan(q.terms(), scope)
             self._run_pass(
                 q, messages, accept, limit, heap, words_plan, WHOLE_WORD, None, min_importance
             )
