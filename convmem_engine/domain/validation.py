@@ -49,6 +49,9 @@ METADATA_FIELDS: Final = (
     "source_message_ids",
 )
 FILTER_FIELDS: Final = ("kinds", "tiers", "tags")
+ULID_RULE: Final = (
+    f"must be a canonical {limits.ULID_LENGTH}-character ULID (uppercase Crockford base32)"
+)
 _NAME_SHOWN_MAX: Final = 64
 
 
@@ -110,10 +113,7 @@ def content(value: object, field: str = "content") -> str:
 def message_id(value: object, field: str = "message_id") -> str:
     s = require_str(value, field)
     if len(s) != limits.ULID_LENGTH or ULID_RE.fullmatch(s) is None:
-        raise _fail(
-            field,
-            f"must be a canonical {limits.ULID_LENGTH}-character ULID (uppercase Crockford base32)",
-        )
+        raise _fail(field, ULID_RULE)
     return s
 
 

@@ -17,12 +17,12 @@ import mcp_types as types
 from jsonschema.exceptions import ValidationError as SchemaError
 
 from convmem_engine.domain.errors import ConvMemError, ValidationError
+from convmem_engine.domain.validation import ULID_RULE
 from convmem_engine.mcp.schemas import TOOLS, ToolSpec
 from convmem_engine.service import result_json
 
 MAX_REPORTED_ERRORS: Final = 5
 
-_ULID_RULE: Final = "must be a canonical 26-character ULID (uppercase Crockford base32)"
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
@@ -87,10 +87,10 @@ def _describe(error: SchemaError) -> str:
         return f"{field}: must be at least {schema.get('minLength')} characters"
     if keyword == "maxLength":
         if "pattern" in schema:
-            return f"{field}: {_ULID_RULE}"
+            return f"{field}: {ULID_RULE}"
         return f"{field}: must be at most {schema.get('maxLength')} UTF-8 bytes"
     if keyword == "pattern":
-        return f"{field}: {_ULID_RULE}"
+        return f"{field}: {ULID_RULE}"
     if keyword in ("minimum", "maximum"):
         low, high = schema.get("minimum"), schema.get("maximum")
         if high is None:
