@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from convmem_engine.domain import limits as L
-from convmem_engine.domain.message import MEMORY_KINDS, MEMORY_TIERS, RELATION_TYPES, ROLES
+from convmem_engine.domain.message import (
+    DEFAULT_IMPORTANCE,
+    MEMORY_KINDS,
+    MEMORY_TIERS,
+    RELATION_TYPES,
+    ROLES,
+)
 from convmem_engine.domain.validation import ULID_RE
 from convmem_engine.service.cursors import CURSOR_MAX_CHARS
 
@@ -140,7 +146,7 @@ _METADATA_FIELDS: Final = (
     f"tags (array of at most {L.TAGS_MAX_ITEMS} non-empty strings, {L.TAG_MAX_BYTES} bytes each); "
     f"memory_tier ({' | '.join(MEMORY_TIERS)}, default short); "
     f"memory_kind ({' | '.join(MEMORY_KINDS)}, default conversation); "
-    f"importance (integer {L.IMPORTANCE_MIN}-{L.IMPORTANCE_MAX}, default 50); "
+    f"importance (integer {L.IMPORTANCE_MIN}-{L.IMPORTANCE_MAX}, default {DEFAULT_IMPORTANCE}); "
     f"summary (string, at most {L.SUMMARY_MAX_BYTES} bytes; empty means unset); "
     f"relations (at most {L.RELATIONS_MAX_ITEMS} objects "
     f'{{"type": {" | ".join(RELATION_TYPES)}, "message_id": ULID}}); '
@@ -152,8 +158,8 @@ WRITE_MESSAGE = ToolSpec(
     title="Write a memory",
     description=(
         "Store a new message in long-term memory. It is written to disk (fsync) before this "
-        "returns, and the result carries the stored message with its new message_id (a 26-char "
-        "ULID), timestamp and revision 1.\n"
+        "returns, and the result carries the stored message with its new message_id (a "
+        f"{L.ULID_LENGTH}-char ULID), timestamp and revision 1.\n"
         "Use it for anything worth recalling in a later conversation: decisions, facts, "
         "preferences, procedures, summaries. Keep one session_id per conversation or project.\n"
         f"Limits: session_id 1-{L.SESSION_ID_MAX_BYTES} UTF-8 bytes; content 1 byte to "
@@ -207,7 +213,7 @@ UPDATE_MESSAGE = ToolSpec(
     ),
     input_schema=_object(
         {
-            "message_id": _message_id("The message to change (26-character ULID)."),
+            "message_id": _message_id(f"The message to change ({L.ULID_LENGTH}-character ULID)."),
             "content": _text(
                 f"New content (1 byte to {L.CONTENT_MAX_BYTES // L.MIB} MiB of UTF-8).",
                 L.CONTENT_MAX_BYTES,
@@ -396,7 +402,7 @@ DELETE_MESSAGE = ToolSpec(
     ),
     input_schema=_object(
         {
-            "message_id": _message_id("The message to delete (26-character ULID)."),
+            "message_id": _message_id(f"The message to delete ({L.ULID_LENGTH}-character ULID)."),
             "session_id": _session_id("Only delete if the message belongs to this session."),
         },
         required=("message_id",),
