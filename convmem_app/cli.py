@@ -23,11 +23,11 @@ def main(argv: list[str] | None = None) -> int:
 
         return serve_command.main(rest)
     if command == "app":
-        from convmem_app import app
+        from convmem_app.shell import app
 
         return app.main(rest)
     if command == "shim":
-        from convmem_app import shim
+        from convmem_app.shim import launcher as shim
 
         return shim.main(rest)
     print(f"convmem: unknown command {command!r}\n\n{USAGE.strip()}", file=sys.stderr)

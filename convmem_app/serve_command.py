@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from convmem_app.paths import resolve_data_dir
+from convmem_app.shim.paths import resolve_data_dir
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 

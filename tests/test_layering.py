@@ -60,5 +60,5 @@ def test_engine_never_imports_qt() -> None:
 
 
 def test_shim_imports_standard_library_only() -> None:
-    loaded = top_level(imported_after("convmem_app.shim"))
+    loaded = top_level(imported_after("convmem_app.shim.launcher"))
     assert not loaded & {"PySide6", "shiboken6", "mcp", "convmem_engine", "anyio", "pydantic"}

@@ -16,7 +16,7 @@ from typing import Any
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from convmem_app.paths import endpoint
+from convmem_app.shim.paths import endpoint
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 

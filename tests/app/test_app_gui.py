@@ -19,8 +19,8 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QSystemTrayIcon
 from pytestqt.qtbot import QtBot
 
-from convmem_app import autostart
-from convmem_app.app import EXIT_STARTUP_FAILED, ConvMemApp
+from convmem_app.shell import autostart
+from convmem_app.shell.app import EXIT_STARTUP_FAILED, ConvMemApp
 from convmem_engine.service import MemoryService
 
 pytestmark = [
@@ -287,7 +287,7 @@ def test_a_failure_escaping_a_worker_is_logged(
     def escapes() -> object:
         raise SystemExit(7)
 
-    with caplog.at_level("ERROR", logger="convmem_app.app"):
+    with caplog.at_level("ERROR", logger="convmem_app.shell.app"):
         app._call_in_worker(escapes, app.rebuildFinished)
         qtbot.waitUntil(lambda: "background work failed: SystemExit" in caplog.text)
     assert "escapes" in caplog.text  # the frames are there

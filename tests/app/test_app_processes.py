@@ -37,7 +37,7 @@ from app_helpers import (
 )
 from tool_results import call
 
-from convmem_app.paths import endpoint
+from convmem_app.shim.paths import endpoint
 from convmem_engine.service import MemoryService
 
 HOSTS = 16

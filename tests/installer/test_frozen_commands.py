@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from convmem_app import autostart, shim
+from convmem_app.shell import autostart
+from convmem_app.shim import launcher as shim
 
 APP = "ConvMem.exe" if sys.platform == "win32" else "ConvMem"
 

@@ -31,7 +31,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent.parent
 INSTALLER = ROOT / "installer"
 EXECUTABLES = ("ConvMem", "convmem-cli", "convmem-shim")
-SHIM_OWN_MODULES = {"convmem_app", "convmem_app.paths", "convmem_app.shim"}
+SHIM_OWN_MODULES = {
+    "convmem_app",
+    "convmem_app.shim",
+    "convmem_app.shim.launcher",
+    "convmem_app.shim.paths",
+}
 
 pytestmark = pytest.mark.slow
 
@@ -110,7 +115,7 @@ def test_the_shim_carries_only_the_standard_library(frozen_dist: Path) -> None:
     app_modules = set(
         CArchiveReader(str(frozen_dist / "ConvMem")).open_embedded_archive("PYZ.pyz").toc
     )
-    assert {"convmem_app.app", "convmem_engine.mcp", "mcp"} <= app_modules
+    assert {"convmem_app.shell.app", "convmem_engine.mcp", "mcp"} <= app_modules
 
 
 def test_frozen_programs_smoke(frozen_dist: Path) -> None:

@@ -9,7 +9,7 @@ from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtGui import QCloseEvent, QDesktopServices
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from convmem_app.pipe_bridge import ListenError
+from convmem_app.shell.pipe_bridge import ListenError
 from convmem_engine.domain.errors import BusyError, ConvMemError, CorruptStoreError, StoreIOError
 
 

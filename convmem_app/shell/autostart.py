@@ -15,7 +15,7 @@ from pathlib import Path
 from xml.sax.saxutils import escape
 
 # The command an autostart entry runs is the one a shim runs: the app, minimised, for a data dir.
-from convmem_app.shim import app_command
+from convmem_app.shim.launcher import app_command
 
 ENTRY_NAME = "ConvMem"
 RUN_KEY = r"Software\Microsoft\Windows\CurrentVersion\Run"

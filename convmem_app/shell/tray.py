@@ -1,5 +1,5 @@
 """The tray icon and its menu. Knows nothing about the engine: it shows what it is told and
-emits a signal per menu action; `convmem_app.app` wires both ends."""
+emits a signal per menu action; `convmem_app.shell.app` wires both ends."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QAction, QIcon
 from PySide6.QtWidgets import QMenu, QSystemTrayIcon
 
-RESOURCES = Path(__file__).resolve().parent / "resources"
+RESOURCES = Path(__file__).resolve().parent.parent / "resources"
 
 
 def app_icon() -> QIcon:

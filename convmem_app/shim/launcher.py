@@ -3,7 +3,7 @@
 Standard library only (no Qt, no `mcp`, no engine): it must start in a few milliseconds.
 
 - Data dir: `--data-dir`, else `CONVMEM_DATA_DIR`, else the platform default; the pipe name
-  comes from `convmem_app.paths.endpoint` (a Unix socket in a private 0700 directory, or a
+  comes from `convmem_app.shim.paths.endpoint` (a Unix socket in a private 0700 directory, or a
   Windows named pipe).
 - Nobody listening: start the app detached (`convmem app --minimized --data-dir D`) and wait
   for its pipe, at most `--start-timeout` seconds (default 15, env
@@ -35,7 +35,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
-from convmem_app.paths import endpoint, resolve_data_dir, windows_pipe_path
+from convmem_app.shim.paths import endpoint, resolve_data_dir, windows_pipe_path
 
 START_TIMEOUT_DEFAULT = 15.0
 DRAIN_TIMEOUT_DEFAULT = 5.0
@@ -204,7 +204,7 @@ def spawn_app(data_dir: Path) -> Any:
     if not getattr(sys, "frozen", False):
         # The app runs from the home folder (it must not keep the host's working folder busy),
         # so make sure it finds this very package however we were started.
-        package_root = str(Path(__file__).resolve().parent.parent)
+        package_root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     options: dict[str, Any] = {
         "stdin": subprocess.DEVNULL,
