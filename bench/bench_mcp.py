@@ -1,0 +1,611 @@
+"""MCP-level benchmark: what a host feels, through the real transports, side by side.
+
+One command, one run, on the real corpus (chitchat-dataset, 258,145 messages):
+
+1. **fsync floor**: raw `write` + `fsync` of corpus-sized records in the same folder (the
+   physical floor of a durable write on this disk, this minute).
+2. **stdio**: `write_message` round trips through the official SDK client to a real
+   `convmem serve` subprocess (p50/p99), on an empty store and on stores of each size.
+3. **cold start** per store size: process start → answer to `initialize` (the handshake) →
+   answer to the first `get_system_health` (first tool reply) → a second one (a later call),
+   → search index ready (health's `search_index_bytes` > 0); peak RSS (VmHWM) of the server.
+4. **app**: one `convmem app` and 1/8/16 concurrent hosts, each a real `convmem-shim` process
+   driven by the SDK client in its own worker process: throughput, p50/p99, acknowledged writes
+   vs writes read back, and the app's CPU per call (from /proc).
+5. **peers**: the MCP project's reference memory server (`@modelcontextprotocol/server-memory`
+   from npm, over stdio with the same client code; each write one entity with one observation):
+   its write p50 and, with 8 hosts each running their own server on one memory file (how hosts
+   use it), how many acknowledged entities are still there afterwards. SQLite FTS5 in process
+   is in bench/bench_search.py.
+
+Usage: python bench/bench_mcp.py [--sizes 1000,100000,258145] [--million] [--writes 300]
+       [--clients 1,8,16] [--per-client 150] [--no-peer] [--json OUT] [--plots DIR]
+Linux only (reads /proc). Prints a table per section; --json keeps every figure for
+bench/plot_mcp.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from corpus import load_corpus
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+NPM_PEER = "@modelcontextprotocol/server-memory"
+
+
+# ---- small utilities ------------------------------------------------------------------------
+
+
+def child_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVMEM_")}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["QT_QPA_PLATFORM"] = "offscreen"
+    return env
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def p50(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process from /proc (its threads included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def vm_hwm_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def load_average() -> str:
+    return Path("/proc/loadavg").read_text().split()[0]
+
+
+def rpc(request_id: int, method: str, params: dict[str, Any]) -> bytes:
+    message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+    return json.dumps(message).encode() + b"\n"
+
+
+INITIALIZE = rpc(
+    1,
+    "initialize",
+    {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "bench", "version": "0"},
+    },
+)
+INITIALIZED = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode() + b"\n"
+
+
+def health_call(request_id: int) -> bytes:
+    return rpc(request_id, "tools/call", {"name": "get_system_health", "arguments": {}})
+
+
+# ---- 1. the fsync floor ---------------------------------------------------------------------
+
+
+def fsync_floor(folder: Path, n: int) -> list[float]:
+    corpus = load_corpus()
+    path = folder / "floor.bin"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    out = []
+    try:
+        for i in range(n):
+            record = json.dumps(corpus[i * 37 % len(corpus)]).encode() + b"\n"
+            t = time.perf_counter()
+            os.write(fd, record)
+            os.fsync(fd)
+            out.append((time.perf_counter() - t) * 1000)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return out
+
+
+# ---- store building -------------------------------------------------------------------------
+
+
+def build_store(data_dir: Path, n: int) -> float:
+    """A data dir of `n` corpus messages (repeated past the corpus), written by the store
+    itself and closed cleanly (so it has a snapshot, as a store that ran a while does)."""
+    from convmem_engine.domain import Message
+    from convmem_engine.service.ids import UlidSource
+    from convmem_engine.storage import Store
+
+    corpus = load_corpus()
+    clock = iter(range(1_700_000_000_000, 1_700_000_000_000 + 10 * n + 10, 10))
+    ids = UlidSource(lambda: next(clock))
+    t0 = time.perf_counter()
+    store = Store.open(str(data_dir))
+    seq = 0
+    for i in range(n):
+        session, role, content = corpus[i % len(corpus)]
+        if i >= len(corpus):
+            session = f"{session}-{i // len(corpus)}"
+        mid, ts = ids.next()
+        seq = store.write_put(Message(mid, session, ts, role, content, 1, ts))
+        if i % 50_000 == 49_999:
+            store.sync(seq)
+    store.sync(seq)
+    store.close()
+    return time.perf_counter() - t0
+
+
+# ---- 2. stdio round trips -------------------------------------------------------------------
+
+
+def write_args(i: int, tag: str) -> dict[str, Any]:
+    session, role, content = load_corpus()[i * 37 % len(load_corpus())]
+    return {"session_id": f"{tag}-{session}", "role": role, "content": content}
+
+
+async def _stdio_writes(command: list[str], n: int, tag: str) -> list[float]:
+    from mcp.client import Client
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(command=command[0], args=command[1:], env=child_env())
+    out: list[float] = []
+    with open(os.devnull, "w") as errlog:
+        async with Client(stdio_client(params, errlog=errlog)) as client:
+            for i in range(n + 20):
+                t = time.perf_counter()
+                result = await client.call_tool("write_message", write_args(i, tag))
+                elapsed = (time.perf_counter() - t) * 1000
+                assert not result.is_error, result
+                if i >= 20:
+                    out.append(elapsed)
+    return out
+
+
+def stdio_writes(data_dir: Path, n: int) -> list[float]:
+    import anyio
+
+    command = [PY, "-m", "convmem_app", "serve", "--data-dir", str(data_dir)]
+    return anyio.run(_stdio_writes, command, n, "stdio")
+
+
+# ---- 3. cold start --------------------------------------------------------------------------
+
+
+def read_answer(stdout: Any, want_id: int) -> dict[str, Any]:
+    while True:
+        line = stdout.readline()
+        if not line:
+            raise RuntimeError("the server closed its stdout")
+        message = json.loads(line)
+        if message.get("id") == want_id:
+            return message  # type: ignore[no-any-return]
+
+
+def index_ready(answer: dict[str, Any]) -> bool:
+    health = json.loads(answer["result"]["content"][0]["text"])
+    estimate = health["memory_estimate"]
+    return health["active_messages"] == 0 or estimate["search_index_bytes"] > 0
+
+
+def cold_start(data_dir: Path) -> dict[str, float]:
+    """Timings (ms) from process start, and the peak RSS (MiB) once the index is ready."""
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        [PY, "-m", "convmem_app", "serve", "--data-dir", str(data_dir)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=child_env(),
+    )
+    assert process.stdin is not None and process.stdout is not None
+
+    def send(data: bytes) -> None:
+        assert process.stdin is not None
+        process.stdin.write(data)
+        process.stdin.flush()
+
+    def since() -> float:
+        return (time.perf_counter() - started) * 1000
+
+    try:
+        send(INITIALIZE)
+        read_answer(process.stdout, 1)
+        handshake = since()
+        send(INITIALIZED + health_call(2))
+        read_answer(process.stdout, 2)
+        first = since()
+        t = time.perf_counter()
+        send(health_call(3))
+        answer = read_answer(process.stdout, 3)
+        later = (time.perf_counter() - t) * 1000
+        request_id = 4
+        while not index_ready(answer):
+            time.sleep(0.05)
+            send(health_call(request_id))
+            answer = read_answer(process.stdout, request_id)
+            request_id += 1
+        ready = since()
+        rss = vm_hwm_mib(process.pid)
+    finally:
+        process.stdin.close()
+        process.stdout.read()
+        process.stdout.close()
+        process.wait(120)
+    return {
+        "handshake_ms": handshake,
+        "first_reply_ms": first,
+        "first_health_ms": first - handshake,
+        "later_health_ms": later,
+        "index_ready_ms": ready,
+        "peak_rss_mib": rss,
+    }
+
+
+# ---- 4. the app with N hosts through shims --------------------------------------------------
+
+
+async def _worker(command: list[str], n: int, tag: str, go: Path) -> dict[str, Any]:
+    from mcp.client import Client
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(command=command[0], args=command[1:], env=child_env())
+    latencies: list[float] = []
+    acknowledged: list[str] = []
+    load_corpus()  # loaded before the clock starts
+    with open(os.devnull, "w") as errlog:
+        async with Client(stdio_client(params, errlog=errlog)) as client:
+            await client.call_tool("get_system_health", {})  # connected and warm
+            print("ready", flush=True)
+            while not go.exists():
+                time.sleep(0.005)
+            began = time.perf_counter()
+            for i in range(n):
+                args = write_args(i, tag)
+                t = time.perf_counter()
+                result = await client.call_tool("write_message", args)
+                latencies.append((time.perf_counter() - t) * 1000)
+                if not result.is_error:
+                    acknowledged.append(json.loads(result.content[0].text)["message"]["message_id"])  # type: ignore[union-attr]
+            ended = time.perf_counter()
+    return {"latencies": latencies, "acknowledged": acknowledged, "began": began, "ended": ended}
+
+
+async def _peer_worker(command: list[str], n: int, tag: str, go: Path) -> dict[str, Any]:
+    from mcp.client import Client
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    env = child_env()
+    env["MEMORY_FILE_PATH"] = command[-1]
+    params = StdioServerParameters(command=command[0], args=command[1:-1], env=env)
+    latencies: list[float] = []
+    acknowledged: list[str] = []
+    load_corpus()  # loaded before the clock starts
+    with open(os.devnull, "w") as errlog:
+        async with Client(stdio_client(params, errlog=errlog)) as client:
+            await client.call_tool("read_graph", {})  # connected and warm
+            print("ready", flush=True)
+            while not go.exists():
+                time.sleep(0.005)
+            began = time.perf_counter()
+            for i in range(n):
+                _, _, content = load_corpus()[i * 37 % len(load_corpus())]
+                name = f"{tag}-{i}"
+                entity = {"name": name, "entityType": "message", "observations": [content]}
+                t = time.perf_counter()
+                result = await client.call_tool("create_entities", {"entities": [entity]})
+                latencies.append((time.perf_counter() - t) * 1000)
+                if not result.is_error:
+                    acknowledged.append(name)
+            ended = time.perf_counter()
+    return {"latencies": latencies, "acknowledged": acknowledged, "began": began, "ended": ended}
+
+
+def worker_main(kind: str, command: list[str], n: int, tag: str, go: str, out: str) -> int:
+    import anyio
+
+    run = _worker if kind == "convmem" else _peer_worker
+    result = anyio.run(run, command, n, tag, Path(go))
+    Path(out).write_text(json.dumps(result))
+    return 0
+
+
+def run_clients(
+    kind: str, command: list[str], clients: int, per_client: int, work: Path
+) -> list[dict[str, Any]]:
+    """`clients` worker processes, each one SDK client on its own server/shim process, all
+    released at once; their latencies, acknowledged ids and start/end times."""
+    go = work / f"go-{kind}-{clients}"
+    go.unlink(missing_ok=True)
+    workers = []
+    worker = [PY, __file__, "--worker", kind]
+    for c in range(clients):
+        out = work / f"result-{kind}-{clients}-{c}.json"
+        tag = f"c{clients}w{c}"
+        workers.append(
+            (
+                subprocess.Popen(
+                    [*worker, tag, str(per_client), str(go), str(out), "--", *command],
+                    stdout=subprocess.PIPE,
+                    env=child_env(),
+                    text=True,
+                ),
+                out,
+            )
+        )
+    for process, _ in workers:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if line.strip() != "ready":
+            raise RuntimeError(f"a {kind} worker did not start")
+    go.touch()
+    results = []
+    for process, out in workers:
+        assert process.stdout is not None
+        process.stdout.read()
+        process.stdout.close()
+        if process.wait(600) != 0:
+            raise RuntimeError(f"a {kind} worker failed")
+        results.append(json.loads(out.read_text()))
+    return results
+
+
+def summarise_clients(results: list[dict[str, Any]]) -> dict[str, float]:
+    latencies = [x for r in results for x in r["latencies"]]
+    acknowledged = sum(len(r["acknowledged"]) for r in results)
+    began = min(r["began"] for r in results)
+    ended = max(r["ended"] for r in results)
+    return {
+        "writes_per_s": acknowledged / (ended - began),
+        "p50_ms": p50(latencies),
+        "p99_ms": pct(latencies, 0.99),
+        "acknowledged": acknowledged,
+    }
+
+
+def read_back_convmem(data_dir: Path, results: list[dict[str, Any]]) -> int:
+    """How many acknowledged ids the app's store holds (read through a shim, like a host)."""
+    import anyio
+    from mcp.client import Client
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    wanted = {i for r in results for i in r["acknowledged"]}
+
+    async def run() -> int:
+        params = StdioServerParameters(
+            command=PY,
+            args=["-m", "convmem_app", "shim", "--data-dir", str(data_dir)],
+            env=child_env(),
+        )
+        found = 0
+        with open(os.devnull, "w") as errlog:
+            async with Client(stdio_client(params, errlog=errlog)) as client:
+                for message_id in wanted:
+                    args = {"view": "content", "message_id": message_id}
+                    result = await client.call_tool("read_messages", args)
+                    found += not result.is_error
+        return found
+
+    return anyio.run(run)
+
+
+def app_clients(work: Path, counts: list[int], per_client: int) -> dict[int, dict[str, float]]:
+    sys.path.insert(0, str(ROOT / "tests" / "app"))
+    from app_helpers import control
+
+    data_dir = work / "app"
+    log = (work / "app.log").open("wb")
+    app = subprocess.Popen(
+        [PY, "-m", "convmem_app", "app", "--minimized", "--data-dir", str(data_dir)],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        env=child_env(),
+    )
+    out: dict[int, dict[str, float]] = {}
+    try:
+        deadline = time.monotonic() + 60
+        while (control(data_dir, "status") or {}).get("state") != "running":
+            if time.monotonic() > deadline:
+                raise SystemExit("the app did not start")
+            time.sleep(0.05)
+        shim = [PY, "-m", "convmem_app", "shim", "--data-dir", str(data_dir)]
+        for clients in counts:
+            cpu_before = cpu_seconds(app.pid)
+            results = run_clients("convmem", shim, clients, per_client, work)
+            cpu_after = cpu_seconds(app.pid)
+            row = summarise_clients(results)
+            # Each worker also made one get_system_health call before the start signal.
+            calls = row["acknowledged"] + clients
+            row["app_cpu_ms_per_call"] = (cpu_after - cpu_before) * 1000 / calls
+            row["read_back"] = read_back_convmem(data_dir, results)
+            out[clients] = row
+    finally:
+        control(data_dir, "quit")
+        app.wait(60)
+        log.close()
+    return out
+
+
+# ---- 5. the reference memory server from npm ------------------------------------------------
+
+
+def install_peer(work: Path) -> list[str] | None:
+    folder = work / "npm-peer"
+    folder.mkdir()
+    npm = shutil.which("npm")
+    node = shutil.which("node")
+    if npm is None or node is None:
+        return None
+    done = subprocess.run(
+        [npm, "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(folder), NPM_PEER],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        print(f"(peer not installed: {done.stderr.strip()[:200]})")
+        return None
+    package = folder / "node_modules" / "@modelcontextprotocol" / "server-memory"
+    entry = package / "dist" / "index.js"
+    return [node, str(entry)]
+
+
+def peer_figures(work: Path, command: list[str], per_client: int) -> dict[str, Any]:
+    one_file = work / "peer-one.jsonl"
+    single = summarise_clients(run_clients("peer", [*command, str(one_file)], 1, per_client, work))
+    shared_file = work / "peer-shared.jsonl"
+    results = run_clients("peer", [*command, str(shared_file)], 8, per_client, work)
+    eight = summarise_clients(results)
+    names = set()
+    if shared_file.exists():
+        for line in shared_file.read_text().splitlines():
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if item.get("type") == "entity":
+                names.add(item.get("name"))
+    acknowledged = {n for r in results for n in r["acknowledged"]}
+    eight["read_back"] = len(acknowledged & names)
+    return {"single": single, "eight": eight}
+
+
+# ---- the run --------------------------------------------------------------------------------
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        kind, tag, n, go, out, dash, *command = sys.argv[2:]
+        assert dash == "--"
+        return worker_main(kind, command, int(n), tag, go, out)
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000,100000,258145")
+    parser.add_argument("--million", action="store_true", help="also 1,000,000 messages")
+    parser.add_argument("--writes", type=int, default=300)
+    parser.add_argument("--clients", default="1,8,16")
+    parser.add_argument("--per-client", type=int, default=150)
+    parser.add_argument("--no-peer", action="store_true")
+    parser.add_argument("--dir", default=None, help="where to work (default: a temp folder)")
+    parser.add_argument("--json", default=None, help="write every figure to this file")
+    args = parser.parse_args()
+
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    if args.million:
+        sizes.append(1_000_000)
+    counts = [int(c) for c in args.clients.split(",") if c]
+    work = Path(tempfile.mkdtemp(prefix="cmbench-mcp-", dir=args.dir))
+    figures: dict[str, Any] = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": sys.version.split()[0],
+            "load_before": load_average(),
+        }
+    }
+    try:
+        print(f"work folder {work}; load average {load_average()}; {os.cpu_count()} CPUs")
+        floor = fsync_floor(work, args.writes)
+        figures["fsync_floor"] = {"p50_ms": p50(floor), "p99_ms": pct(floor, 0.99)}
+        print(f"\n1. fsync floor: p50 {p50(floor):.3f} ms, p99 {pct(floor, 0.99):.3f} ms")
+
+        print("\n2/3. convmem serve over stdio, by store size")
+        header = (
+            f"{'messages':>9} {'build s':>8} {'handshake':>9} {'1st reply':>9} {'1st health':>10}"
+            f" {'2nd health':>10} {'idx ready':>9} {'peak MiB':>8} {'write p50':>9} {'p99':>7}"
+        )
+        print(header + "   (ms unless stated)")
+        stores: dict[int, dict[str, float]] = {}
+        empty = work / "empty"
+        empty_writes = stdio_writes(empty, args.writes)
+        stores[0] = {
+            "write_p50_ms": p50(empty_writes),
+            "write_p99_ms": pct(empty_writes, 0.99),
+            **cold_start(work / "empty-cold"),
+        }
+        for size in [0, *sizes]:
+            if size:
+                data_dir = work / f"store-{size}"
+                built = build_store(data_dir, size)
+                row = {"build_s": built, **cold_start(data_dir)}
+                writes = stdio_writes(data_dir, args.writes)
+                row["write_p50_ms"] = p50(writes)
+                row["write_p99_ms"] = pct(writes, 0.99)
+                stores[size] = row
+                shutil.rmtree(data_dir)
+            r = stores[size]
+            print(
+                f"{size:9d} {r.get('build_s', 0):8.1f} {r['handshake_ms']:9.0f}"
+                f" {r['first_reply_ms']:9.0f} {r['first_health_ms']:10.1f}"
+                f" {r['later_health_ms']:10.2f} {r['index_ready_ms']:9.0f}"
+                f" {r['peak_rss_mib']:8.0f} {r['write_p50_ms']:9.2f} {r['write_p99_ms']:7.2f}"
+            )
+        figures["stores"] = stores
+        print(
+            f"   write p50 on the empty store / fsync floor: "
+            f"{stores[0]['write_p50_ms'] / figures['fsync_floor']['p50_ms']:.1f}x"
+        )
+
+        print(f"\n4. convmem app, N hosts through convmem-shim ({args.per_client} writes each)")
+        app = app_clients(work, counts, args.per_client)
+        figures["app"] = app
+        one = app[counts[0]]["writes_per_s"] if counts else float("nan")
+        print(
+            f"{'hosts':>5} {'writes/s':>9} {'x 1 host':>8} {'p50 ms':>7} {'p99 ms':>7}"
+            f" {'acked':>6} {'read back':>9} {'app CPU ms/call':>15}"
+        )
+        for clients, r in app.items():
+            print(
+                f"{clients:5d} {r['writes_per_s']:9.0f} {r['writes_per_s'] / one:8.2f}"
+                f" {r['p50_ms']:7.2f} {r['p99_ms']:7.2f} {r['acknowledged']:6.0f}"
+                f" {r['read_back']:9.0f} {r['app_cpu_ms_per_call']:15.3f}"
+            )
+
+        if not args.no_peer:
+            command = install_peer(work)
+            if command is not None:
+                peer = peer_figures(work, command, args.per_client)
+                figures["peer_server_memory"] = peer
+                s, e = peer["single"], peer["eight"]
+                print(f"\n5. {NPM_PEER} (node, stdio, same client code)")
+                print(
+                    f"   1 host: write p50 {s['p50_ms']:.2f} ms, p99 {s['p99_ms']:.2f} ms "
+                    f"(convmem serve: {stores[0]['write_p50_ms']:.2f} ms; ratio "
+                    f"{stores[0]['write_p50_ms'] / s['p50_ms']:.2f})"
+                )
+                print(
+                    f"   8 hosts on one memory file: {e['acknowledged']:.0f} acknowledged, "
+                    f"{e['read_back']:.0f} still there "
+                    f"({e['acknowledged'] - e['read_back']:.0f} lost)"
+                )
+        figures["machine"]["load_after"] = load_average()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
