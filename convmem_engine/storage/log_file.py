@@ -3,15 +3,15 @@
 Classification, from a record's start offset `pos` to the end of the file:
 
 - fewer than HEADER_SIZE bytes left, or a valid header whose payload runs past the end, or
-  only zero bytes left (a file extended but never written, as some filesystems leave after
-  power loss), or a last record whose payload fails its CRC and ends in a zero byte (the same,
-  inside the record; our payloads never end in NUL): an *incomplete tail*. Nothing after it
-  was ever acknowledged, because a record is acknowledged only after everything before it is
-  fsynced.
-- a header with a wrong magic or header CRC that is not all zeros to the end, a known-bad
-  version/type/flags/length, any other payload CRC mismatch (the last record's too),
-  or a sequence that is not exactly previous + 1: *corruption* (`CorruptStoreError` naming the
-  file and offset). The scanner never modifies the file.
+  a damaged record (wrong magic, header CRC or payload CRC) from which the file is zeros to
+  its end, the zeros starting inside that record (a file whose size reached the disk but
+  whose last data blocks did not, as XFS or ext4 `data=writeback` leave after a power loss;
+  our payloads never end in NUL): an *incomplete tail*. Nothing after it was ever
+  acknowledged, because a record is acknowledged only after everything before it is fsynced.
+- any other damaged header or payload (non-zero garbage, a bad record followed by anything
+  but zeros, the last record's too), a known-bad version/type/flags/length, or a sequence
+  that is not exactly previous + 1: *corruption* (`CorruptStoreError` naming the file and
+  offset). The scanner never modifies the file.
 """
 
 from __future__ import annotations
@@ -58,19 +58,26 @@ class LogScanner:
     def _corrupt(self, offset: int, why: str) -> CorruptStoreError:
         return CorruptStoreError(f"{self._name}: corrupt record at offset {offset}: {why}")
 
-    def _rest_is_zero(self, buf: bytes, pos: int, buf_start: int) -> bool:
-        if buf[pos:].count(0) != len(buf) - pos:
-            return False
-        off = buf_start + len(buf)
-        self._fs.seek(self._fd, off)
-        while off < self.result.file_size:
-            chunk = self._fs.read(self._fd, _CHUNK)
-            if not chunk:
-                break
-            if chunk.count(0) != len(chunk):
-                return False
-            off += len(chunk)
-        return True
+    def _zeros_from(self) -> int:
+        """The offset where the file's final run of zero bytes starts (file size if none)."""
+        fs, fd = self._fs, self._fd
+        end = self.result.file_size
+        while end > 0:
+            start = max(0, end - _CHUNK)
+            fs.seek(fd, start)
+            chunk = fs.read(fd, end - start)
+            if len(chunk) != end - start:  # the file changed under us: no zero run assumed
+                return self.result.file_size
+            stripped = chunk.rstrip(b"\0")
+            if stripped:
+                return start + len(stripped)
+            end = start
+        return 0
+
+    def _zero_filled(self, offset: int, record_end: int) -> bool:
+        """Is the damage of the record at [offset, record_end) explained by zero fill: the
+        file is zeros from a point inside the record (or its start) to its end?"""
+        return self._zeros_from() < record_end
 
     def records(self) -> Iterator[tuple[int, int, int, bytes]]:
         """Yield (offset, type, sequence, payload) for each complete, verified record."""
@@ -96,7 +103,7 @@ class LogScanner:
                     break
             magic, version, rtype, flags, length, seq, pcrc, hcrc = unpack(buf, pos)
             if magic != MAGIC or crc32(buf[pos : pos + 24]) != hcrc:
-                if self._rest_is_zero(buf, pos, buf_start):
+                if self._zero_filled(offset, offset + HEADER_SIZE):
                     self.result.incomplete_tail = True
                     break
                 why = "bad magic" if magic != MAGIC else "header CRC mismatch"
@@ -117,9 +124,9 @@ class LogScanner:
                     break
             payload = buf[pos + HEADER_SIZE : pos + need]
             if crc32(payload) != pcrc:
-                if offset + need == size and payload[-1] == 0:
-                    # The last record, zero-filled at its end: data pages never written before
-                    # a power loss (a payload we write never ends in a NUL byte).
+                if payload[-1] == 0 and self._zero_filled(offset, offset + need):
+                    # Zero-filled from inside this record to the end of the file: data blocks
+                    # never written before a power loss (a payload we write never ends in NUL).
                     self.result.incomplete_tail = True
                     break
                 raise self._corrupt(offset, "payload CRC mismatch")

@@ -164,7 +164,9 @@ def read_meta(fs: FileSystem, fd: int) -> tuple[SnapshotMeta, int]:
         raise SnapshotError("meta CRC mismatch")
     try:
         meta = SnapshotMeta.from_bytes(raw)
-    except (ValueError, TypeError) as e:
+    except SnapshotError:
+        raise
+    except Exception as e:  # any decoding failure: ValueError, RecursionError, ...
         raise SnapshotError("meta is not valid JSON") from e
     if len(MAGIC) + meta.body_length + meta_len + TRAILER.size != size:
         raise SnapshotError("body length does not match the file size")
@@ -184,14 +186,36 @@ def _read_exact(fs: FileSystem, fd: int, n: int) -> bytes:
 
 
 def read_body(fs: FileSystem, fd: int, meta: SnapshotMeta) -> dict[str, Message]:
-    """Decode the body into {message_id: Message} in snapshot order. Raises SnapshotError."""
+    """Decode the body into {message_id: Message} in snapshot order. Raises SnapshotError
+    (or OSError); never decodes bytes that fail the body CRC."""
+    _check_body_crc(fs, fd, meta)
     out: dict[str, Message] = {}
     try:
         with gc_paused():
             _read_rows(fs, fd, meta, out)
-    except (ValueError, TypeError, IndexError, KeyError, AttributeError) as e:
-        raise SnapshotError("body is not valid snapshot rows") from e
+    except SnapshotError:
+        raise
+    except OSError:
+        raise
+    except Exception as e:  # any decoding failure: OverflowError, RecursionError, ...
+        raise SnapshotError(f"body is not valid snapshot rows ({type(e).__name__})") from e
     return out
+
+
+def _check_body_crc(fs: FileSystem, fd: int, meta: SnapshotMeta) -> None:
+    """A first pass over the body: its CRC must match before anything is decoded (damaged
+    bytes could otherwise reach the JSON decoder: Infinity, deep nesting, huge numbers)."""
+    fs.seek(fd, len(MAGIC))
+    remaining = meta.body_length
+    crc = 0
+    while remaining > 0:
+        chunk = fs.read(fd, min(_CHUNK * 4, remaining))
+        if not chunk:
+            raise SnapshotError("unexpected end of body")
+        remaining -= len(chunk)
+        crc = zlib.crc32(chunk, crc)
+    if crc != meta.body_crc32:
+        raise SnapshotError("body CRC mismatch")
 
 
 def _read_rows(fs: FileSystem, fd: int, meta: SnapshotMeta, out: dict[str, Message]) -> None:

@@ -158,6 +158,7 @@ class Store:
         self._recovered_tail = False
         self._snapshot_valid = True
         self._stale_snapshot = False
+        self._snapshot_covers = 0  # log offset a same-generation snapshot proves durable
         self._last_error = ""
         self._failed = ""
         self._closed = False
@@ -293,6 +294,17 @@ class Store:
             for offset, rtype, seq, payload in scanner.records():
                 self._replay(offset, rtype, seq, payload)
         res = scanner.result
+        covered = self._snapshot_covers
+        if covered > res.end:
+            # The snapshot is written only after the log up to its offset was fsynced: a log
+            # that now ends (or turns into a torn tail) before it lost acknowledged records.
+            # Never repair that as a torn tail (and never let a later close overwrite the
+            # snapshot, the evidence): a person decides.
+            raise CorruptStoreError(
+                f"{LOG_NAME}: ends at offset {res.end} but {SNAPSHOT_NAME} of the same log "
+                f"covers it up to offset {covered}: records that were already durable are "
+                "missing (the log was truncated or damaged)"
+            )
         st.end, st.crc, st.records = res.end, res.crc, st.records + res.records
         if res.incomplete_tail:
             self._recovered_tail = True
@@ -365,6 +377,9 @@ class Store:
                 self._snapshot_valid = False
                 self._stale_snapshot = True
                 return None
+            if meta.log_offset >= gen_size and meta.last_sequence >= 1:
+                # Its meta passed its CRC and names this log: the log was durable up to here.
+                self._snapshot_covers = meta.log_offset
             if not gen_size <= meta.log_offset <= log_size or meta.last_sequence < 1:
                 self._snapshot_valid = False
                 return None

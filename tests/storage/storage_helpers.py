@@ -188,3 +188,27 @@ def dir_bytes(path: str | os.PathLike[str]) -> bytes:
         with open(os.path.join(path, name), "rb") as f:
             out.append(f.read())
     return b"".join(out)
+
+
+def resign_snapshot(data: bytes, body: bytes) -> bytes:
+    """`data` (a snapshot file) with its body replaced by `body` and every CRC made to match:
+    what a crafted (not a damaged) snapshot looks like to the loader."""
+    import json
+    import zlib
+
+    from convmem_engine.storage import snapshot as snap
+
+    meta_len, _crc, _end = snap.TRAILER.unpack(data[-snap.TRAILER.size :])
+    meta = json.loads(data[-snap.TRAILER.size - meta_len : -snap.TRAILER.size])
+    meta["body_length"] = len(body)
+    meta["body_crc32"] = zlib.crc32(body)
+    raw = json.dumps(meta, separators=(",", ":")).encode("ascii")
+    head = data[: len(snap.MAGIC)]
+    return head + body + raw + snap.TRAILER.pack(len(raw), zlib.crc32(raw), snap.END_MAGIC)
+
+
+def snapshot_body(data: bytes) -> bytes:
+    from convmem_engine.storage import snapshot as snap
+
+    meta_len, _crc, _end = snap.TRAILER.unpack(data[-snap.TRAILER.size :])
+    return data[len(snap.MAGIC) : -snap.TRAILER.size - meta_len]

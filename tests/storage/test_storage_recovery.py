@@ -9,9 +9,10 @@ import zlib
 from pathlib import Path
 
 import pytest
-from storage_helpers import FaultFS, make_message
+from reliability_log import Tally
+from storage_helpers import FaultFS, make_message, resign_snapshot, snapshot_body
 
-from convmem_engine.domain import CorruptStoreError, Message
+from convmem_engine.domain import CorruptStoreError, Message, Metadata
 from convmem_engine.storage import Store
 from convmem_engine.storage.record import (
     DEL,
@@ -291,14 +292,144 @@ def test_snapshot_of_another_generation_is_ignored_and_removed(tmp_path: Path) -
     s.close()
 
 
-def test_snapshot_offset_beyond_the_log_is_ignored(tmp_path: Path) -> None:
-    msgs, offsets = build(tmp_path, 3)
+def test_truncated_log_under_a_snapshot_is_corrupt_store(tmp_path: Path) -> None:
+    """Issue 15, defect 1: 50 messages, a clean close (the snapshot covers the whole log), the
+    log cut short: the snapshot proves that durable records are gone. CORRUPT_STORE, not a torn
+    tail, and nothing in the data dir is touched (the snapshot, the evidence, survives)."""
+    msgs, offsets = build(tmp_path, 50)
     full = log_bytes(tmp_path)
-    (tmp_path / "active.log").write_bytes(full[: offsets[-2]])  # drop the last record
-    s = Store.open(tmp_path)
-    assert s.stats().snapshot_valid is False
-    assert list(s.messages.values()) == msgs[:-1]
-    s.close()
+    snapshot = (tmp_path / "snapshot.bin").read_bytes()
+    cuts = [len(full) // 2, offsets[-2], offsets[-2] + 5, len(full) - 1, offsets[0] + 3]
+    with Tally("log truncated under a current snapshot") as tally:
+        for cut in cuts:
+            (tmp_path / "active.log").write_bytes(full[:cut])
+            assert_corrupt(tmp_path, "snapshot.bin", f"offset {len(full)}", "missing")
+            assert (tmp_path / "snapshot.bin").read_bytes() == snapshot
+            tally.cases += 1
+        # zeros in place of durable records (the size kept) are the same loss
+        for z in (offsets[25] + 7, offsets[-2] + HEADER_SIZE + 2):
+            (tmp_path / "active.log").write_bytes(full[:z] + b"\0" * (len(full) - z))
+            assert_corrupt(tmp_path, "snapshot.bin", "missing")
+            tally.cases += 1
+    (tmp_path / "active.log").write_bytes(full)
+    with Store.open(tmp_path) as s:
+        assert list(s.messages.values()) == msgs
+        assert s.check() == []
+
+
+def test_snapshot_offset_beyond_the_log_of_another_generation_is_ignored(tmp_path: Path) -> None:
+    """A stale snapshot (another generation) proves nothing about this log."""
+    msgs, _ = build(tmp_path, 30)
+    old_size = os.path.getsize(tmp_path / "active.log")
+    old_snapshot = (tmp_path / "snapshot.bin").read_bytes()
+    with Store.open(tmp_path) as s:
+        for m in msgs[:25]:
+            s.delete(m.message_id)
+        s.compact()
+    assert os.path.getsize(tmp_path / "active.log") < old_size
+    (tmp_path / "snapshot.bin").write_bytes(old_snapshot)
+    with Store.open(tmp_path) as s:
+        assert s.stats().snapshot_valid is False
+        assert list(s.messages.values()) == msgs[25:]
+    assert (
+        not (tmp_path / "snapshot.bin").exists()
+        or (tmp_path / "snapshot.bin").read_bytes() != old_snapshot
+    )
+
+
+def test_zeros_from_inside_any_record_to_the_end_are_an_incomplete_tail(tmp_path: Path) -> None:
+    """Issue 15, defect 2: group commit leaves several records unsynced; XFS / ext4
+    data=writeback keep the size but not the data after a block: zeros from the middle of a
+    record that is not the last one, to the end. Every acknowledged record is before them."""
+    msgs, offsets = build(tmp_path, 6)
+    (tmp_path / "snapshot.bin").unlink()
+    full = log_bytes(tmp_path)
+    with Tally("zero-filled log tail (power loss, size kept)") as tally:
+        for k in range(len(msgs)):
+            start, end = offsets[k], offsets[k + 1]
+            for z in (start, start + 5, start + HEADER_SIZE - 1, start + HEADER_SIZE + 3, end - 1):
+                (tmp_path / "active.log").write_bytes(full[:z] + b"\0" * (len(full) - z))
+                with Store.open(tmp_path) as s:
+                    st = s.stats()
+                    assert st.recovered_tail, (k, z)
+                    assert list(s.messages.values()) == msgs[:k], (k, z)
+                    assert st.log_size == start
+                    assert s.check() == []
+                assert os.path.getsize(tmp_path / "active.log") == start
+                (tmp_path / "snapshot.bin").unlink()
+                tally.cases += 1
+
+
+def test_damage_that_zeros_do_not_explain_is_still_corrupt(tmp_path: Path) -> None:
+    _, offsets = build(tmp_path, 6)
+    (tmp_path / "snapshot.bin").unlink()
+    full = log_bytes(tmp_path)
+    start, end = offsets[2], offsets[3]
+    # zeros from inside record 2, then one non-zero byte before the end of the file
+    bad = bytearray(full[: start + 40] + b"\0" * (len(full) - start - 40))
+    bad[-100] = 0x31
+    (tmp_path / "active.log").write_bytes(bytes(bad))
+    assert_corrupt(tmp_path, f"offset {start}")
+    # a flipped byte in record 2 (its last byte non-zero), every later record zeroed
+    bad = bytearray(full[:end] + b"\0" * (len(full) - end))
+    bad[start + HEADER_SIZE + 4] ^= 0x01
+    (tmp_path / "active.log").write_bytes(bytes(bad))
+    assert_corrupt(tmp_path, f"offset {start}", "payload CRC mismatch")
+    # a zeroed stretch in the middle of record 2 followed by valid records
+    bad = bytearray(full)
+    bad[start + HEADER_SIZE + 2 : end] = b"\0" * (end - start - HEADER_SIZE - 2)
+    (tmp_path / "active.log").write_bytes(bytes(bad))
+    assert_corrupt(tmp_path, f"offset {start}", "payload CRC mismatch")
+    # non-zero garbage from inside record 2 to the end
+    bad = bytearray(full[: start + 40] + b"\xff" * (len(full) - start - 40))
+    (tmp_path / "active.log").write_bytes(bytes(bad))
+    assert_corrupt(tmp_path, f"offset {start}")
+
+
+def _edit_snapshot_body(path: Path, old: bytes, new: bytes, *, resign: bool) -> None:
+    data = (path / "snapshot.bin").read_bytes()
+    assert len(old) == len(new) and data.count(old) == 1
+    if resign:
+        body = snapshot_body(data).replace(old, new)
+        (path / "snapshot.bin").write_bytes(resign_snapshot(data, body))
+    else:
+        (path / "snapshot.bin").write_bytes(data.replace(old, new))
+
+
+@pytest.mark.parametrize("resign", [False, True], ids=["damaged", "crafted-crc-ok"])
+@pytest.mark.parametrize("case", ["infinity", "nan", "deep-nesting", "huge-int", "wrong-shape"])
+def test_snapshot_that_breaks_the_decoder_falls_back_to_the_log(
+    tmp_path: Path, case: str, resign: bool
+) -> None:
+    """Issue 15, defect 5: a same-length edit of the snapshot body that the JSON decoder
+    chokes on (OverflowError, RecursionError, ...) never stops the open: full replay."""
+    store = Store.open(tmp_path)
+    deep = "d" * 6000
+    msgs = [
+        make_message("first"),
+        make_message("eight ch", metadata=Metadata(importance=12345678)),
+        make_message(deep),
+    ]
+    for m in msgs:
+        store.put(m)
+    store.close()
+    old, new = {
+        "infinity": (b"12345678", b"Infinity"),
+        "nan": (b"12345678", b"NaN     "),
+        "deep-nesting": (f'"{deep}"'.encode(), b"[" * 3001 + b"]" * 3001),
+        "huge-int": (b"12345678", b"9" * 8),
+        "wrong-shape": (b'"first"', b"[1,2,3]"),
+    }[case]
+    _edit_snapshot_body(tmp_path, old, new, resign=resign)
+    if case in ("huge-int", "wrong-shape") and resign:
+        return  # valid JSON rows with a valid CRC: nothing to fall back from (see the codec)
+    with Store.open(tmp_path) as s:
+        assert s.stats().snapshot_valid is False
+        assert list(s.messages.values()) == msgs
+    with Store.open(tmp_path) as s:  # the close wrote a good snapshot again
+        assert s.stats().snapshot_valid is True
+        assert list(s.messages.values()) == msgs
+        assert s.check() == []
 
 
 def test_missing_log_with_a_snapshot_is_corrupt(tmp_path: Path) -> None:
