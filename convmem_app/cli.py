@@ -19,9 +19,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if args else 2
     command, rest = args[0], args[1:]
     if command == "serve":
-        from convmem_app import serve_command
+        from convmem_app.shim.paths import resolve_data_dir
+        from convmem_engine.runtime import serve_cli
 
-        return serve_command.main(rest)
+        return serve_cli.main(rest, resolve_data_dir=resolve_data_dir)
     if command == "app":
         from convmem_app.shell import app
 

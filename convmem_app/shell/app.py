@@ -45,11 +45,11 @@ from PySide6.QtNetwork import QLocalSocket
 from PySide6.QtWidgets import QApplication
 
 from convmem_app.shell import autostart
-from convmem_app.shell.engine_thread import EngineThread
 from convmem_app.shell.pipe_bridge import ListenError, PipeBridge, control_line
 from convmem_app.shell.startup_error import StartupErrorWindow, describe
 from convmem_app.shell.tray import Tray, app_icon
 from convmem_app.shim.paths import endpoint, resolve_data_dir
+from convmem_engine.runtime.engine_thread import EngineThread
 
 if TYPE_CHECKING:
     from convmem_app.browser import MemoryBrowser

@@ -31,7 +31,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtNetwork import QLocalServer, QLocalSocket
 
-from convmem_app.shell.engine_thread import EngineThread
+from convmem_engine.runtime.engine_thread import EngineThread
 
 ServeLines = Callable[
     [Any, asyncio.StreamReader, Callable[[bytes], Awaitable[None]]], Awaitable[None]

@@ -2,13 +2,12 @@
 
 server = build_server(service)                      # one Server, any number of sessions
 await serve_lines(server, reader, send)             # one session over newline-delimited JSON-RPC
-run_stdio(data_dir, log_level="WARNING") -> int     # `convmem serve`
+(`convmem serve` and the app run sessions through convmem_engine.runtime)
 """
 
 from convmem_engine.mcp.line_transport import MAX_LINE_BYTES, serve_chunks, serve_lines
 from convmem_engine.mcp.schemas import INSTRUCTIONS, TOOLS, TOOLS_BY_NAME, ToolSpec
 from convmem_engine.mcp.server import TOOL_DEFINITIONS, build_server
-from convmem_engine.mcp.stdio import run_stdio
 
 __all__ = [
     "INSTRUCTIONS",
@@ -18,7 +17,6 @@ __all__ = [
     "TOOL_DEFINITIONS",
     "ToolSpec",
     "build_server",
-    "run_stdio",
     "serve_chunks",
     "serve_lines",
 ]

@@ -59,6 +59,9 @@ INVALID_REQUEST: Final = -32600
 
 Send = Callable[[bytes], Awaitable[None]]
 ReadChunk = Callable[[], Awaitable[bytes]]
+OnRequest = Callable[[types.JSONRPCRequest], None]
+"""Called with each well-formed request before it is served (the runtime counts requests and
+reads the client's name from the handshake). Must be quick and must not raise."""
 
 
 class ByteReader(Protocol):
@@ -98,11 +101,17 @@ def _id_from_head(head: bytes) -> str | int | None:
 
 class _LineSession:
     def __init__(
-        self, server: Server[Any], send: Send, max_line_bytes: int, max_in_flight: int
+        self,
+        server: Server[Any],
+        send: Send,
+        max_line_bytes: int,
+        max_in_flight: int,
+        on_request: OnRequest | None = None,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
         self.server = server
+        self.on_request = on_request
         self.send = send
         self.max_line_bytes = max_line_bytes
         self.max_in_flight = max_in_flight
@@ -181,6 +190,8 @@ class _LineSession:
             self.pending[message.id] += 1
             self.in_flight += 1
             self.settled = anyio.Event()
+            if self.on_request is not None:
+                self.on_request(message)
         elif isinstance(message, types.JSONRPCNotification) and (
             message.method == "notifications/cancelled"
         ):
@@ -296,9 +307,11 @@ async def serve_chunks(
     *,
     max_line_bytes: int = MAX_LINE_BYTES,
     max_in_flight: int = MAX_IN_FLIGHT,
+    on_request: OnRequest | None = None,
 ) -> None:
     """Serve one MCP session; `read_chunk()` returns the next bytes, b"" at end of input."""
-    await _LineSession(server, send, max_line_bytes, max_in_flight).run(read_chunk)
+    session = _LineSession(server, send, max_line_bytes, max_in_flight, on_request)
+    await session.run(read_chunk)
 
 
 async def serve_lines(
@@ -308,6 +321,7 @@ async def serve_lines(
     *,
     max_line_bytes: int = MAX_LINE_BYTES,
     max_in_flight: int = MAX_IN_FLIGHT,
+    on_request: OnRequest | None = None,
 ) -> None:
     """Serve one MCP session over an `asyncio.StreamReader` (or anything with `async read(n)`).
 
@@ -322,5 +336,10 @@ async def serve_lines(
         return await reader.read(READ_CHUNK_BYTES)
 
     await serve_chunks(
-        server, read_chunk, send, max_line_bytes=max_line_bytes, max_in_flight=max_in_flight
+        server,
+        read_chunk,
+        send,
+        max_line_bytes=max_line_bytes,
+        max_in_flight=max_in_flight,
+        on_request=on_request,
     )

@@ -12,10 +12,10 @@ import pytest
 from app_helpers import initialize_request, lines, write_call
 from pytestqt.qtbot import QtBot
 
-from convmem_app.shell.engine_thread import EngineThread
 from convmem_app.shell.pipe_bridge import SHUTTING_DOWN_CODE, PipeBridge
 from convmem_app.shim.paths import endpoint
 from convmem_engine.mcp import build_server, serve_lines
+from convmem_engine.runtime.engine_thread import EngineThread
 from convmem_engine.service import MemoryService
 
 pytestmark = pytest.mark.gui

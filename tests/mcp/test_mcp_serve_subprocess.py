@@ -359,8 +359,7 @@ def test_stdout_carries_only_protocol_even_when_code_prints(tmp_path: Path) -> N
         "def noisy(service):\n"
         "    print('stray output')\n"
         "    return orig(service)\n"
-        "import convmem_engine.mcp.stdio as st\n"
-        "st.build_server = noisy\n"
+        "s.build_server = noisy\n"
         f"sys.exit(main(['serve', '--data-dir', {str(tmp_path / 'data')!r}]))\n"
     )
     proc = subprocess.run(

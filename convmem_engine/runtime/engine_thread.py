@@ -1,8 +1,8 @@
-"""The engine's own thread: one asyncio loop that runs every MCP session of the app.
+"""The engine's own thread: one asyncio loop that runs every MCP session of a runtime.
 
-Qt owns the main thread. Everything asynchronous of the engine (MCP sessions over the local
-pipe) runs on this loop; the Qt side hands work over with `submit` / `call_soon` and gets
-results back through queued signals. No Qt here: this module is plain threading + asyncio.
+`Runtime.open` starts it and `Runtime.stop` ends it; every listener's sessions run on it. In
+the app, Qt owns the main thread: the Qt side hands work over with `submit` / `call_soon` and
+gets results back through queued signals. Plain threading + asyncio.
 """
 
 from __future__ import annotations

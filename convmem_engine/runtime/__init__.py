@@ -1,0 +1,42 @@
+"""The runtime: one object that owns a data dir's running parts (docs/app.md, "The runtime").
+
+runtime = Runtime(data_dir, parts=[...])     # Part: start(runtime) / stop() / health()
+runtime.open()                               # lock, store, service, engine loop, parts, server
+runtime.add_listener(listener)               # Listener: start(runtime) / async stop(grace)
+runtime.clients.clients()                    # who is connected, over what, since when
+runtime.health()                             # state + store health + clients + parts
+runtime.stop(grace) / runtime.stop_async(grace)
+
+`convmem serve` is `serve_cli` (a Runtime with a `StdioListener`); the tray app runs the same
+Runtime on its engine thread with its local-pipe listener.
+"""
+
+from convmem_engine.runtime.clients import ClientHandle, ClientInfo, ClientRegistry
+from convmem_engine.runtime.engine_thread import EngineThread
+from convmem_engine.runtime.runtime import (
+    DEFAULT_GRACE,
+    Listener,
+    ListenerError,
+    Part,
+    Runtime,
+    RuntimeHealth,
+    RuntimeState,
+    RuntimeStateError,
+)
+from convmem_engine.runtime.stdio_listener import StdioListener
+
+__all__ = [
+    "DEFAULT_GRACE",
+    "ClientHandle",
+    "ClientInfo",
+    "ClientRegistry",
+    "EngineThread",
+    "Listener",
+    "ListenerError",
+    "Part",
+    "Runtime",
+    "RuntimeHealth",
+    "RuntimeState",
+    "RuntimeStateError",
+    "StdioListener",
+]

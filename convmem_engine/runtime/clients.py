@@ -1,0 +1,159 @@
+"""The clients connected to a runtime, whatever their transport: what the app's host list shows.
+
+A listener calls `ClientRegistry.connect(transport)` when an MCP session starts and
+`ClientHandle.close()` when it ends; `Runtime.serve_session` does both, and feeds each request
+to `ClientHandle.observe`, which counts it and reads the client's name and version from the
+handshake (`initialize`'s `clientInfo`, or the `io.modelcontextprotocol/clientInfo` entry of a
+request's `_meta` in the 2026-07-28 era). Thread-safe: sessions run on the engine loop, the
+app reads from its GUI thread.
+
+Nothing here records message content: a request is counted, never kept.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Final
+
+import mcp_types as types
+
+log = logging.getLogger(__name__)
+
+CLIENT_FIELD_MAX: Final = 100
+"""Characters kept of a client's self-reported name or version (it is shown, not trusted)."""
+
+
+@dataclass(frozen=True)
+class ClientInfo:
+    """One connected client, as of the moment `ClientRegistry.clients()` was called."""
+
+    client_id: int
+    transport: str  # "stdio", "pipe", "http", ...
+    name: str  # from the handshake; "" until the client said
+    version: str
+    since: float  # wall-clock seconds (time.time()) when the session started
+    requests: int  # JSON-RPC requests received so far
+    last_activity: float  # wall-clock seconds of the last request (or of `since`)
+
+
+def _clean(value: object) -> str:
+    if not isinstance(value, str):
+        return ""
+    printable = "".join(ch for ch in value if ch.isprintable())
+    return printable[:CLIENT_FIELD_MAX]
+
+
+def _implementation(params: Mapping[str, Any] | None, method: str) -> Mapping[str, Any] | None:
+    if not params:
+        return None
+    if method == "initialize":
+        info = params.get("clientInfo")
+    else:
+        meta = params.get("_meta")
+        info = meta.get(types.CLIENT_INFO_META_KEY) if isinstance(meta, Mapping) else None
+    return info if isinstance(info, Mapping) else None
+
+
+class ClientHandle:
+    """A listener's handle on one registered client."""
+
+    def __init__(self, registry: ClientRegistry, client_id: int) -> None:
+        self._registry = registry
+        self.client_id = client_id
+
+    def observe(self, request: types.JSONRPCRequest) -> None:
+        """Count `request`; take the client's name and version from it if it carries them."""
+        info = _implementation(request.params, request.method)
+        name = version = None
+        if info is not None:
+            name, version = _clean(info.get("name")), _clean(info.get("version"))
+        self._registry._touch(self.client_id, name, version)
+
+    def identify(self, name: str, version: str) -> None:
+        """Set the client's name and version (for transports that learn them another way)."""
+        self._registry._touch(self.client_id, _clean(name), _clean(version), count=False)
+
+    def close(self) -> None:
+        self._registry._remove(self.client_id)
+
+
+class ClientRegistry:
+    """Every connected client of one runtime."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._clients: dict[int, ClientInfo] = {}
+        self._ids = itertools.count(1)
+        self._listeners: list[Callable[[], None]] = []
+
+    def connect(self, transport: str) -> ClientHandle:
+        now = self._clock()
+        with self._lock:
+            client_id = next(self._ids)
+            self._clients[client_id] = ClientInfo(client_id, transport, "", "", now, 0, now)
+        self._notify()
+        return ClientHandle(self, client_id)
+
+    def clients(self) -> list[ClientInfo]:
+        """The connected clients, oldest first."""
+        with self._lock:
+            return sorted(self._clients.values(), key=lambda c: c.client_id)
+
+    def count(self, transport: str | None = None) -> int:
+        with self._lock:
+            if transport is None:
+                return len(self._clients)
+            return sum(1 for c in self._clients.values() if c.transport == transport)
+
+    def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call `callback()` (on the session's thread) when a client connects, says who it is,
+        or disconnects; not on every request (poll `clients()` for counts). Returns the
+        function that unsubscribes it."""
+        with self._lock:
+            self._listeners.append(callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if callback in self._listeners:
+                    self._listeners.remove(callback)
+
+        return unsubscribe
+
+    def _touch(
+        self, client_id: int, name: str | None, version: str | None, *, count: bool = True
+    ) -> None:
+        now = self._clock()
+        identified = False
+        with self._lock:
+            info = self._clients.get(client_id)
+            if info is None:
+                return
+            if count:
+                info = replace(info, requests=info.requests + 1, last_activity=now)
+            if name and (name, version or "") != (info.name, info.version):
+                info = replace(info, name=name, version=version or "")
+                identified = True
+            self._clients[client_id] = info
+        if identified:
+            self._notify()
+
+    def _remove(self, client_id: int) -> None:
+        with self._lock:
+            removed = self._clients.pop(client_id, None) is not None
+        if removed:
+            self._notify()
+
+    def _notify(self) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for callback in listeners:
+            try:
+                callback()
+            except Exception as exc:  # a subscriber's bug must not end a session
+                log.error("client registry subscriber failed: %s", type(exc).__name__)

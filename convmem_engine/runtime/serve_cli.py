@@ -1,0 +1,139 @@
+"""`convmem serve [--data-dir DIR] [--log-level L]`: a Runtime with one stdio listener. No Qt.
+
+Takes the data-dir lock itself; when another process holds it, prints one line on stderr and
+exits with status 2 (1 when the store cannot be opened: corrupt or unreadable). Logs go to
+stderr and never contain message content; stdout carries only MCP.
+
+The session ends on stdin EOF (after answering what was already asked), SIGTERM or Ctrl-C. A
+signal stops reading and gives the requests already read `STOP_GRACE_SECONDS` to finish and be
+answered; a second signal cuts that short. Then the runtime stops: every write the client saw
+acknowledged was fsynced before the acknowledgement, and the store closes and releases the lock
+whatever signals arrive meanwhile.
+
+Where the data dir is when `--data-dir` is not given is the caller's to say (`resolve_data_dir`):
+`convmem_app.cli` passes the one definition that the shim also uses (`convmem_app.shim.paths`,
+standard library only), so the engine never imports the app and the rule exists once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Final
+
+from convmem_engine.domain.errors import BusyError, ConvMemError
+from convmem_engine.runtime.logs import configure_logging
+from convmem_engine.runtime.runtime import Runtime
+from convmem_engine.runtime.stdio_listener import StdioListener, private_stdout
+
+logger = logging.getLogger(__name__)
+
+EXIT_OK: Final = 0
+EXIT_ERROR: Final = 1
+EXIT_BUSY: Final = 2
+LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+STOP_GRACE_SECONDS: Final = 5.0
+"""After SIGTERM / Ctrl-C: how long requests already read may take to finish and be answered."""
+POLL_SECONDS: Final = 0.1
+
+_STOP_SIGNALS: Final = tuple(
+    sig
+    for sig in (
+        getattr(signal, "SIGINT", None),
+        getattr(signal, "SIGTERM", None),
+        getattr(signal, "SIGBREAK", None),
+    )
+    if sig is not None
+)
+
+ResolveDataDir = Callable[[str | None], Path]
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="convmem serve",
+        description="Serve ConvMem's memory tools over MCP on stdin/stdout.",
+    )
+    parser.add_argument(
+        "--data-dir",
+        help="store directory (default: $CONVMEM_DATA_DIR, else the per-user data folder)",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="WARNING",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        help="stderr log level (default: WARNING)",
+    )
+    return parser.parse_args(argv)
+
+
+@contextmanager
+def _counting_stop_signals() -> Iterator[list[int]]:
+    """Count stop signals (the handler only counts: the main thread acts on the count)."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def handler(signum: int, _frame: object) -> None:
+        received.append(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in _STOP_SIGNALS}
+    try:
+        yield received
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def serve(data_dir: Path) -> int:
+    """Serve MCP on stdin/stdout for the store in `data_dir` until EOF or a stop signal."""
+    with private_stdout() as out_fd:  # from here on, a stray print lands on stderr
+        runtime = Runtime(data_dir)
+        try:
+            runtime.open()
+        except ConvMemError as error:
+            status = EXIT_BUSY if isinstance(error, BusyError) else EXIT_ERROR
+            print(f"convmem serve: {error.code}: {data_dir}: {error.message}", file=sys.stderr)
+            return status
+        logger.info("serving %s over stdio (pid %d)", data_dir, os.getpid())
+        if sys.stdin.isatty():
+            print(
+                "convmem serve: speaking MCP on stdin/stdout for an LLM host "
+                "(see docs/hosts.md); press Ctrl-C to stop",
+                file=sys.stderr,
+            )
+        with _counting_stop_signals() as signals:
+            listener = StdioListener(sys.stdin.fileno(), out_fd)
+            runtime.add_listener(listener)
+            while not signals and not listener.finished.wait(POLL_SECONDS):
+                pass
+            if signals:
+                logger.info("stop signal: answering requests in progress, then exiting")
+            stopped = runtime.stop_async(STOP_GRACE_SECONDS)
+            forced = False
+            while True:
+                try:
+                    stopped.result(timeout=POLL_SECONDS)
+                    break
+                except concurrent.futures.TimeoutError:
+                    if len(signals) > 1 and not forced:  # a second signal: stop now
+                        runtime.stop_async(0)
+                        forced = True
+    logger.info("stopped")
+    return EXIT_OK
+
+
+def main(argv: list[str], *, resolve_data_dir: ResolveDataDir) -> int:
+    args = parse_args(argv)
+    configure_logging(args.log_level)
+    return serve(resolve_data_dir(args.data_dir))

@@ -1,0 +1,162 @@
+"""The stdio listener: one MCP session on this process's stdin and a private copy of stdout.
+
+- Only protocol bytes reach stdout: `private_stdout()` keeps the real stdout on a private
+  descriptor and points fd 1 at stderr, so a stray print (ours or a library's) cannot corrupt
+  the stream.
+- stdin is read by a daemon thread with back-pressure (at most a few chunks ahead), which works
+  for pipes, files and consoles on every platform.
+- The session ends at stdin EOF, after answering what was already asked (`finished` is set).
+  `stop(grace)` stops reading and gives the requests already read `grace` seconds to finish and
+  be answered; `stop(0)` ends the session at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Final
+
+import anyio.to_thread
+
+from convmem_engine.mcp.line_transport import READ_CHUNK_BYTES
+
+if TYPE_CHECKING:
+    from convmem_engine.runtime.runtime import Runtime
+
+logger = logging.getLogger(__name__)
+
+READ_AHEAD_CHUNKS: Final = 4
+
+
+@contextmanager
+def private_stdout() -> Iterator[int]:
+    """Yield a descriptor on the real stdout while fd 1 points at stderr."""
+    sys.stdout.flush()
+    wire = os.dup(1)
+    try:
+        os.dup2(2, 1)
+    except OSError:  # no usable stderr: stray output goes nowhere rather than on the wire
+        sink = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(sink, 1)
+        os.close(sink)
+    try:
+        yield wire
+    finally:
+        try:
+            os.dup2(wire, 1)
+        finally:
+            os.close(wire)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+class _StdinPump:
+    """A daemon thread feeding stdin chunks to the event loop, a few chunks ahead at most."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int) -> None:
+        self.loop = loop
+        self.fd = fd
+        self.queue: asyncio.Queue[bytes] = asyncio.Queue()
+        self.closed = False
+        self.slots = threading.Semaphore(READ_AHEAD_CHUNKS)
+        self.thread = threading.Thread(target=self._run, name="convmem-stdin", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self.slots.acquire()
+            try:
+                chunk = os.read(self.fd, READ_CHUNK_BYTES)
+            except OSError:
+                chunk = b""
+            try:
+                self.loop.call_soon_threadsafe(self.queue.put_nowait, chunk)
+            except RuntimeError:  # the loop is closed: nobody is listening any more
+                return
+            if not chunk:
+                return
+
+    async def read(self) -> bytes:
+        if self.closed:
+            return b""
+        chunk = await self.queue.get()
+        if self.closed:
+            return b""
+        if chunk:
+            self.slots.release()
+        else:
+            self.queue.put_nowait(b"")  # EOF stays EOF for any later read
+        return chunk
+
+    def close(self) -> None:
+        """From now on reads see end of input (call on the loop's thread)."""
+        self.closed = True
+        self.queue.put_nowait(b"")
+
+
+class StdioListener:
+    """One MCP session over `in_fd` / `out_fd` (a `Listener`, transport "stdio")."""
+
+    transport = "stdio"
+
+    def __init__(self, in_fd: int, out_fd: int) -> None:
+        self.in_fd = in_fd
+        self.out_fd = out_fd
+        self.finished = threading.Event()
+        """Set when the session has ended (EOF and answers sent, or stopped)."""
+        self._pump: _StdinPump | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    def start(self, runtime: Runtime) -> None:
+        started = threading.Event()
+
+        async def run() -> None:
+            self._task = asyncio.current_task()
+            self._pump = _StdinPump(asyncio.get_running_loop(), self.in_fd)
+            self._pump.start()
+            started.set()
+            try:
+                await runtime.serve_session(self.transport, self._pump.read, self._send)
+            except asyncio.CancelledError:
+                if not self._stopping:
+                    raise
+            finally:
+                self.finished.set()
+
+        runtime.loop.submit(run())
+        started.wait()
+
+    async def _send(self, data: bytes) -> None:
+        try:  # a blocked stdout must not stall the loop
+            await anyio.to_thread.run_sync(_write_all, self.out_fd, data, abandon_on_cancel=True)
+        except RuntimeError:  # no thread could be started (resources exhausted): write here
+            _write_all(self.out_fd, data)
+
+    async def stop(self, grace: float) -> None:
+        task = self._task
+        if task is None or task.done():
+            return
+        if not self._stopping:
+            self._stopping = True
+            logger.info("stdio: answering requests in progress, then ending the session")
+            if self._pump is not None:
+                self._pump.close()
+        if grace <= 0:
+            task.cancel()
+        await asyncio.wait({task}, timeout=max(grace, 0.0))
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})
