@@ -99,11 +99,16 @@ def session_id(value: object, field: str = "session_id") -> str:
     return text(value, field, min_bytes=1, max_bytes=limits.SESSION_ID_MAX_BYTES)
 
 
-def role(value: object, field: str = "role") -> str:
+def choice(value: object, field: str, choices: tuple[str, ...]) -> str:
+    """One of `choices`."""
     s = require_str(value, field)
-    if s not in ROLES:
-        raise _fail(field, "must be one of " + " / ".join(ROLES))
+    if s not in choices:
+        raise _fail(field, "must be one of " + " / ".join(choices))
     return s
+
+
+def role(value: object, field: str = "role") -> str:
+    return choice(value, field, ROLES)
 
 
 def content(value: object, field: str = "content") -> str:
@@ -143,10 +148,7 @@ def expected_revision(value: object, field: str = "expected_revision") -> int | 
 def view(value: object, field: str = "view") -> str:
     if value is None:
         return "history"
-    s = require_str(value, field)
-    if s not in VIEWS:
-        raise _fail(field, "must be one of " + " / ".join(VIEWS))
-    return s
+    return choice(value, field, VIEWS)
 
 
 def query(value: object, field: str = "query") -> str:
@@ -203,10 +205,7 @@ def tag(value: object, field: str) -> str:
 
 def _enum(choices: tuple[str, ...]) -> Any:
     def check(value: object, field: str) -> str:
-        s = require_str(value, field)
-        if s not in choices:
-            raise _fail(field, "must be one of " + " / ".join(choices))
-        return s
+        return choice(value, field, choices)
 
     return check
 

@@ -1,152 +1,15 @@
-"""Arguments in, results out: schema validation and the tool-result envelope of seed 000.
-
-- `validate_arguments` checks a call against the tool's strict schema and raises the domain
-  `ValidationError` whose message names each failing field and its rule, never the value.
-- `ok_result` / `error_result` put the application response, as a JSON string, into
-  `TextContent.text`; application errors set `isError`.
-"""
+"""Tool results as MCP sees them (seed 000's envelope): one `TextContent` holding the registry's
+`ToolResult.text` (the result, or for an application error the error envelope), `isError` set
+for application errors."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Mapping
-from typing import Any, Final
-
-import jsonschema
 import mcp_types as types
-from jsonschema.exceptions import ValidationError as SchemaError
 
-from convmem_engine.domain.errors import ConvMemError, ValidationError
-from convmem_engine.domain.validation import ULID_RULE
-from convmem_engine.mcp.schemas import TOOLS, ToolSpec
-from convmem_engine.service import result_json
-
-MAX_REPORTED_ERRORS: Final = 5
-
-_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+from convmem_engine.tools import ToolResult
 
 
-def _is_integer(_checker: object, instance: object) -> bool:
-    # JSON Schema calls 1.0 an integer; the tool reference means a JSON integer literal.
-    return isinstance(instance, int) and not isinstance(instance, bool)
-
-
-_TYPE_CHECKER = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer)
-_Validator = jsonschema.validators.extend(
-    jsonschema.Draft202012Validator, type_checker=_TYPE_CHECKER
-)
-
-for _tool in TOOLS:
-    jsonschema.Draft202012Validator.check_schema(_tool.input_schema)
-
-_VALIDATORS: Final[dict[str, Any]] = {tool.name: _Validator(tool.input_schema) for tool in TOOLS}
-
-_TYPE_WORDS: Final = {
-    "string": "a string",
-    "integer": "an integer",
-    "object": "an object",
-    "array": "an array",
-    "boolean": "a boolean",
-    "number": "a number",
-}
-
-
-def _field(error: SchemaError) -> str:
-    path = [str(part) for part in error.absolute_path]
-    return ".".join(path) if path else "arguments"
-
-
-def _describe(error: SchemaError) -> str:
-    """One line naming the field and the rule it broke; never the offending value."""
-    field = _field(error)
-    schema = error.schema if isinstance(error.schema, Mapping) else {}
-    keyword = error.validator
-    if keyword == "required":
-        missing = [name for name in schema.get("required", ()) if name not in _instance(error)]
-        names = ", ".join(missing) or "a required argument"
-        return f"{names}: required"
-    if keyword == "additionalProperties":
-        allowed = ", ".join(schema.get("properties", {})) or "none"
-        extra = [key for key in _instance(error) if key not in schema.get("properties", {})]
-        shown = [key for key in extra if isinstance(key, str) and _NAME.match(key)]
-        label = f"unknown argument {', '.join(shown)}" if shown else "unknown argument"
-        return f"{label}: not accepted (allowed arguments: {allowed})"
-    if keyword == "type":
-        wanted = schema.get("type")
-        word = _TYPE_WORDS.get(str(wanted), str(wanted))
-        if error.instance is None:  # a null tells us nothing about the value: safe to say
-            return f"{field}: must be {word} (omit the argument to use its default)"
-        return f"{field}: must be {word}"
-    if keyword == "enum":
-        return f"{field}: must be one of {', '.join(str(v) for v in schema.get('enum', ()))}"
-    if field == "cursor" and keyword in ("minLength", "maxLength"):
-        return f"{field}: must be a nextCursor returned by read_messages"
-    if keyword == "minLength":
-        if schema.get("minLength") == 1:
-            return f"{field}: must not be empty"
-        return f"{field}: must be at least {schema.get('minLength')} characters"
-    if keyword == "maxLength":
-        if "pattern" in schema:
-            return f"{field}: {ULID_RULE}"
-        return f"{field}: must be at most {schema.get('maxLength')} UTF-8 bytes"
-    if keyword == "pattern":
-        return f"{field}: {ULID_RULE}"
-    if keyword in ("minimum", "maximum"):
-        low, high = schema.get("minimum"), schema.get("maximum")
-        if high is None:
-            return f"{field}: must be at least {low}"
-        return f"{field}: must be between {low} and {high}"
-    return f"{field}: violates the '{keyword}' rule of the schema"
-
-
-def _instance(error: SchemaError) -> Mapping[str, Any]:
-    instance = error.instance
-    return instance if isinstance(instance, Mapping) else {}
-
-
-def _unencodable(arguments: Mapping[str, Any]) -> Iterable[str]:
-    """Names of string arguments that are not valid Unicode (an unpaired surrogate)."""
-    for key, value in arguments.items():
-        if isinstance(value, str):
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                yield key
-
-
-def validate_arguments(tool: ToolSpec, arguments: Mapping[str, Any]) -> None:
-    """Raise `ValidationError` unless `arguments` satisfy the tool's schema."""
-    validator = _VALIDATORS[tool.name]
-    errors = sorted(
-        validator.iter_errors(dict(arguments)),
-        key=lambda e: (list(map(str, e.absolute_path)), str(e.validator)),
-    )
-    problems: list[str] = []
-    for error in errors:
-        text = _describe(error)
-        if text not in problems:
-            problems.append(text)
-    if not problems:
-        problems = [f"{name}: must be valid Unicode text" for name in _unencodable(arguments)]
-    if problems:
-        shown = problems[:MAX_REPORTED_ERRORS]
-        more = len(problems) - len(shown)
-        suffix = f"; and {more} more" if more else ""
-        raise ValidationError(f"{'; '.join(shown)}{suffix}")
-
-
-def to_text(payload: Mapping[str, Any]) -> str:
-    """The service's own serialization, so its response budget counts the bytes sent."""
-    return result_json(payload)
-
-
-def ok_result(payload: Mapping[str, Any]) -> types.CallToolResult:
+def call_tool_result(result: ToolResult) -> types.CallToolResult:
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=to_text(payload))], is_error=False
-    )
-
-
-def error_result(error: ConvMemError) -> types.CallToolResult:
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=to_text(error.to_json()))], is_error=True
+        content=[types.TextContent(type="text", text=result.text)], is_error=result.is_error
     )

@@ -1,17 +1,14 @@
-"""The MCP server: the SDK's low-level `Server` with seven thin tool handlers.
+"""The MCP server: the SDK's low-level `Server` over a tool registry.
 
-Each call: look the tool up, validate its arguments against the strict schema, run the one
-MemoryService method of the same name in a worker thread (so a slow call never blocks other
-requests or sessions), wrap the result. Application errors become the seed's error envelope;
-anything unexpected becomes INTERNAL_ERROR and is logged by type and traceback only (exception
-messages can quote message content, so they are never logged).
+`tools/list` lists the registry's tools; `tools/call` looks the tool up (an unknown name is a
+JSON-RPC error), then the registry checks the arguments and runs the handler in a worker thread
+(so a slow call never blocks other requests or sessions) and shapes the answer
+(`ToolRegistry.result`: application errors become the error envelope, anything unexpected
+INTERNAL_ERROR, logged without its message).
 """
 
 from __future__ import annotations
 
-import functools
-import logging
-import traceback
 from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
@@ -19,19 +16,18 @@ import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
-from convmem_engine.domain.errors import ConvMemError, InternalError
-from convmem_engine.mcp.envelope import error_result, ok_result, validate_arguments
-from convmem_engine.mcp.schemas import INSTRUCTIONS, SERVER_NAME, TOOLS, TOOLS_BY_NAME, ToolSpec
+from convmem_engine.mcp.envelope import call_tool_result
+from convmem_engine.tools import ToolRegistry, ToolSpec
 
 if TYPE_CHECKING:
     from convmem_engine.service import MemoryService
 
-logger = logging.getLogger(__name__)
-
+SERVER_NAME = "convmem"
 SERVER_VERSION = "0.1.0"
 
 
-def tool_definition(tool: ToolSpec) -> types.Tool:
+def tool_definition(tool: ToolSpec[Any]) -> types.Tool:
+    """A tool as `tools/list` shows it."""
     return types.Tool(
         name=tool.name,
         title=tool.title,
@@ -39,66 +35,51 @@ def tool_definition(tool: ToolSpec) -> types.Tool:
         input_schema=tool.input_schema,
         annotations=types.ToolAnnotations(
             title=tool.title,
-            read_only_hint=tool.read_only,
-            destructive_hint=tool.destructive,
-            idempotent_hint=tool.idempotent,
-            open_world_hint=False,
+            read_only_hint=tool.annotations.read_only,
+            destructive_hint=tool.annotations.destructive,
+            idempotent_hint=tool.annotations.idempotent,
+            open_world_hint=tool.annotations.open_world,
         ),
     )
 
 
-TOOL_DEFINITIONS: list[types.Tool] = [tool_definition(tool) for tool in TOOLS]
-
-
-def _log_unexpected(tool: ToolSpec, exc: BaseException) -> None:
-    frames = "".join(traceback.format_tb(exc.__traceback__))
-    logger.error("%s failed with %s (message withheld)\n%s", tool.name, type(exc).__name__, frames)
-
-
-def _input_schema(name: str) -> dict[str, Any] | None:
-    tool = TOOLS_BY_NAME.get(name)
-    return None if tool is None else tool.input_schema
-
-
-def build_server(service: MemoryService) -> Server[Any]:
-    """A low-level MCP server exposing the seven tools over `service`.
+def build_server(tools: ToolRegistry | MemoryService) -> Server[Any]:
+    """A low-level MCP server exposing the registry's tools (given a MemoryService: its seven
+    memory tools, `ToolRegistry.for_service`).
 
     One server can run any number of sessions at once (`Server.run` per connection).
     """
+    registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry.for_service(tools)
+    definitions = [tool_definition(spec) for spec in registry.specs]
+
+    def input_schema(name: str) -> dict[str, Any] | None:
+        spec = registry.get(name)
+        return None if spec is None else spec.input_schema
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=TOOL_DEFINITIONS)
+        return types.ListToolsResult(tools=definitions)
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        tool = TOOLS_BY_NAME.get(params.name)
-        if tool is None:
+        if params.name not in registry:
             raise MCPError(
                 code=types.INVALID_PARAMS,
-                message="unknown tool: name must be one of " + ", ".join(TOOLS_BY_NAME),
+                message="unknown tool: name must be one of " + ", ".join(registry.names),
             )
         arguments = dict(params.arguments or {})
-        try:
-            validate_arguments(tool, arguments)
-            method = getattr(service, tool.method)
-            result = await anyio.to_thread.run_sync(functools.partial(method, **arguments))
-        except ConvMemError as error:
-            return error_result(error)
-        except Exception as exc:
-            _log_unexpected(tool, exc)
-            return error_result(InternalError(f"{tool.name} failed unexpectedly; see the log"))
-        return ok_result(result)
+        result = await anyio.to_thread.run_sync(registry.result, params.name, arguments)
+        return call_tool_result(result)
 
     return Server(
         SERVER_NAME,
         version=SERVER_VERSION,
         title="ConvMem",
         description="Durable local conversation memory: write, search, read and curate.",
-        instructions=INSTRUCTIONS,
-        get_tool_input_schema=_input_schema,
+        instructions=registry.instructions,
+        get_tool_input_schema=input_schema,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )

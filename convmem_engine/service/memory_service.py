@@ -374,16 +374,19 @@ class MemoryService:
         role: object,
         content: object,
         metadata_json: object = None,
+        metadata: v.MetadataPatch | None = None,
     ) -> dict[str, Any]:
+        """`metadata` (already parsed) replaces `metadata_json` when given."""
         sid = v.session_id(session_id)
         role_ = v.role(role)
         text = v.content(content)
-        metadata = v.metadata_json(metadata_json).apply()
+        patch = v.metadata_json(metadata_json) if metadata is None else metadata
+        stored_metadata = patch.apply()
         with self._lock.write():
             self._check_open()
-            self._check_relation_targets(metadata.relations, (), None, "metadata_json")
+            self._check_relation_targets(stored_metadata.relations, (), None, "metadata_json")
             mid, ts = self._ids.next()
-            msg = Message(mid, sid, ts, role_, text, 1, ts, metadata)
+            msg = Message(mid, sid, ts, role_, text, 1, ts, stored_metadata)
             seq = self._store.write_put(msg)
             msg = self._store.get(mid) or msg  # the store may share its default metadata
             stored = msg
@@ -401,10 +404,14 @@ class MemoryService:
         content: object = None,
         metadata_json: object = None,
         expected_revision: object = None,
+        metadata: v.MetadataPatch | None = None,
     ) -> dict[str, Any]:
+        """`metadata` (already parsed) replaces `metadata_json` when given."""
         mid = v.message_id(message_id)
         text = None if content is None else v.content(content)
-        patch = None if metadata_json is None else v.metadata_json(metadata_json)
+        patch = metadata
+        if patch is None and metadata_json is not None:
+            patch = v.metadata_json(metadata_json)
         revision = v.expected_revision(expected_revision)
         if text is None and patch is None:
             raise ValidationError("content, metadata_json: at least one of them is required")
@@ -417,13 +424,13 @@ class MemoryService:
                 raise ConflictError(
                     "expected_revision: does not match the message's current revision"
                 )
-            metadata: Metadata = old.metadata if patch is None else patch.apply(old.metadata)
+            new_metadata: Metadata = old.metadata if patch is None else patch.apply(old.metadata)
             new_text = old.content if text is None else text
-            if metadata == old.metadata and new_text == old.content:
+            if new_metadata == old.metadata and new_text == old.content:
                 return {"status": "OK", "changed": False, "message": old.to_json()}
-            if metadata.relations != old.metadata.relations:
+            if new_metadata.relations != old.metadata.relations:
                 self._check_relation_targets(
-                    metadata.relations, old.metadata.relations, mid, "metadata_json"
+                    new_metadata.relations, old.metadata.relations, mid, "metadata_json"
                 )
             new = Message(
                 old.message_id,
@@ -433,7 +440,7 @@ class MemoryService:
                 new_text,
                 old.revision + 1,
                 max(self._clock(), old.updated_at),
-                metadata,
+                new_metadata,
             )
             seq = self._store.write_update(new)
             new = self._store.get(mid) or new
@@ -460,10 +467,11 @@ class MemoryService:
         after: object = None,
         relation_depth: object = None,
         relation_types_json: object = None,
+        relation_types: frozenset[str] | None = None,
     ) -> dict[str, Any]:
         """Every argument given is validated (type and range) whatever the view; arguments
         another view uses are then ignored. A cursor is only valid for the view (and session)
-        that returned it."""
+        that returned it. `relation_types` (already parsed) replaces `relation_types_json`."""
         view_ = v.view(view)
         limit_ = v.optional_integer(
             limit,
@@ -504,7 +512,9 @@ class MemoryService:
             hi=limits.RELATION_DEPTH_MAX,
             default=limits.RELATION_DEPTH_DEFAULT,
         )
-        types = v.relation_types_json(relation_types_json)
+        types = (
+            v.relation_types_json(relation_types_json) if relation_types is None else relation_types
+        )
         cursor_ = None if cursor is None else v.require_str(cursor, "cursor")
         if cursor_ is not None and view_ in ("content", "context"):
             raise ValidationError(f"cursor: the {view_} view does not page")
@@ -537,10 +547,13 @@ class MemoryService:
         min_importance: object = None,
         context_size: object = None,
         limit: object = None,
+        filters: v.SearchFilters | None = None,
     ) -> dict[str, Any]:
+        """`filters` (already parsed) replaces `filters_json` when given."""
         q = v.query(query)
         sid = None if session_id is None else v.session_id(session_id)
-        filters = v.filters_json(filters_json)
+        if filters is None:
+            filters = v.filters_json(filters_json)
         floor = v.optional_integer(
             min_importance,
             "min_importance",

@@ -22,8 +22,8 @@ import pytest
 from mcp_helpers import ERAS, call, call_error, child_env, serve_args, serve_client
 
 from convmem_engine.domain import limits
-from convmem_engine.mcp import TOOLS
 from convmem_engine.service import MemoryService
+from convmem_engine.tools import MEMORY_TOOLS
 
 
 def run(coro: Any) -> Any:
@@ -41,7 +41,7 @@ def test_every_tool_end_to_end(tmp_path: Path, mode: str) -> None:
             assert client.protocol_version == expected
             assert client.instructions and "search_messages" in client.instructions
             listed = await client.list_tools()
-            assert [t.name for t in listed.tools] == [t.name for t in TOOLS]
+            assert [t.name for t in listed.tools] == [t.name for t in MEMORY_TOOLS]
             for tool in listed.tools:
                 assert tool.input_schema["additionalProperties"] is False
                 assert tool.annotations is not None and tool.annotations.open_world_hint is False

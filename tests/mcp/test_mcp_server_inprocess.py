@@ -16,9 +16,11 @@ from mcp_helpers import call, call_error, payload
 from convmem_engine.domain import limits
 from convmem_engine.domain.errors import ValidationError
 from convmem_engine.domain.message import MEMORY_KINDS, RELATION_TYPES, ROLES
-from convmem_engine.mcp import INSTRUCTIONS, TOOLS, TOOLS_BY_NAME, build_server
-from convmem_engine.mcp.envelope import validate_arguments
+from convmem_engine.mcp import build_server
 from convmem_engine.service import MemoryService
+from convmem_engine.tools import INSTRUCTIONS, MEMORY_TOOLS, validate_arguments
+
+TOOLS_BY_NAME = {tool.name: tool for tool in MEMORY_TOOLS}
 
 
 @pytest.fixture
@@ -36,7 +38,7 @@ def prop(tool: str, name: str) -> dict[str, Any]:
 
 
 def test_every_schema_is_strict() -> None:
-    assert [t.name for t in TOOLS] == [
+    assert [t.name for t in MEMORY_TOOLS] == [
         "write_message",
         "update_message",
         "read_messages",
@@ -45,7 +47,7 @@ def test_every_schema_is_strict() -> None:
         "rebuild_index",
         "get_system_health",
     ]
-    for tool in TOOLS:
+    for tool in MEMORY_TOOLS:
         schema = tool.input_schema
         assert schema["type"] == "object" and schema["additionalProperties"] is False
         assert set(schema.get("required", ())) <= set(schema["properties"])

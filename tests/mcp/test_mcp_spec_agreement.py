@@ -23,11 +23,13 @@ from mcp.client import Client
 from mcp_helpers import payload
 
 from convmem_engine.domain.errors import ConvMemError, ValidationError
-from convmem_engine.mcp import TOOLS_BY_NAME, build_server
-from convmem_engine.mcp.envelope import validate_arguments
+from convmem_engine.mcp import build_server
 from convmem_engine.service import MemoryService
+from convmem_engine.tools import MEMORY_TOOLS, validate_arguments
 
 MISSING_ID = "7ZZZZZZZZZZZZZZZZZZZZZZZZZ"
+
+TOOLS_BY_NAME = {tool.name: tool for tool in MEMORY_TOOLS}
 
 
 @pytest.fixture
