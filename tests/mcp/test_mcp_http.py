@@ -25,7 +25,6 @@ from http_helpers import (
 )
 from mcp_helpers import ERAS, call, serve_client
 
-from convmem_engine.mcp import TOOLS
 from convmem_engine.mcp.http_token import (
     ENV_VAR,
     TOKEN_FILE_NAME,
@@ -42,6 +41,7 @@ from convmem_engine.mcp.http_transport import (
 )
 from convmem_engine.mcp.line_transport import MAX_LINE_BYTES
 from convmem_engine.service import MemoryService
+from convmem_engine.tools import MEMORY_TOOLS
 
 
 @pytest.fixture
@@ -83,7 +83,7 @@ def test_every_tool_in_both_eras_gives_the_stdio_results(tmp_path: Path) -> None
             expected = "2025-11-25" if mode == "legacy" else "2026-07-28"
             assert client.protocol_version == expected
             listed = await client.list_tools()
-            assert [t.name for t in listed.tools] == [t.name for t in TOOLS]
+            assert [t.name for t in listed.tools] == [t.name for t in MEMORY_TOOLS]
             results[f"http-{mode}"] = await every_tool_script(client.call_tool)
 
     try:
