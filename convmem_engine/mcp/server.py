@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import anyio.to_thread
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
+from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.shared.exceptions import MCPError
 
 from convmem_engine.mcp.envelope import call_tool_result
@@ -73,7 +74,7 @@ def build_server(tools: ToolRegistry | MemoryService) -> Server[Any]:
         result = await anyio.to_thread.run_sync(registry.result, params.name, arguments)
         return call_tool_result(result)
 
-    return Server(
+    server: Server[Any] = Server(
         SERVER_NAME,
         version=SERVER_VERSION,
         title="ConvMem",
@@ -83,3 +84,18 @@ def build_server(tools: ToolRegistry | MemoryService) -> Server[Any]:
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+    if not _tracing_configured():
+        # The SDK wraps every request in an OpenTelemetry span by default. With no tracer
+        # provider configured the span records nothing, yet it was ~4% of the server's CPU
+        # per write_message (py-spy, docs/benchmarks.md); keep it only where someone traces.
+        server.middleware = [
+            m for m in server.middleware if not isinstance(m, OpenTelemetryMiddleware)
+        ]
+    return server
+
+
+def _tracing_configured() -> bool:
+    """True when an OpenTelemetry SDK tracer provider is installed (spans would be recorded)."""
+    from opentelemetry import trace
+
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
