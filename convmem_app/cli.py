@@ -3,6 +3,8 @@
 convmem serve  [--data-dir DIR] [--log-level L]   MCP on stdio, headless, no Qt
 convmem app    [--data-dir DIR] [--minimized]     the tray app and memory browser
 convmem shim   [--data-dir DIR]                   stdio <-> the app's local pipe
+convmem export [--data-dir DIR] --format jsonl|markdown [--session ID] OUT
+convmem import [--data-dir DIR] [--dry-run] [--format F] FILE   ChatGPT, Claude, memory.json, JSONL
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ def main(argv: list[str] | None = None) -> int:
         from convmem_app.shim import launcher as shim
 
         return shim.main(rest)
+    if command in ("export", "import"):
+        from convmem_app import transfer_command
+
+        run = transfer_command.export_main if command == "export" else transfer_command.import_main
+        return run(rest)
     print(f"convmem: unknown command {command!r}\n\n{USAGE.strip()}", file=sys.stderr)
     return 2
 
