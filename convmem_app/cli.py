@@ -5,6 +5,8 @@ convmem app    [--data-dir DIR] [--minimized]     the tray app and memory browse
 convmem shim   [--data-dir DIR]                   stdio <-> the app's local pipe
 convmem export [--data-dir DIR] --format jsonl|markdown [--session ID] OUT
 convmem import [--data-dir DIR] [--dry-run] [--format F] FILE   ChatGPT, Claude, memory.json, JSONL
+convmem backup [--data-dir DIR] [--to FOLDER] [--single-file] [--keep N] | --verify BACKUP
+convmem restore [--data-dir DIR] [--in-place] BACKUP
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ def main(argv: list[str] | None = None) -> int:
         from convmem_app import transfer_command
 
         run = transfer_command.export_main if command == "export" else transfer_command.import_main
+        return run(rest)
+    if command in ("backup", "restore"):
+        from convmem_app import backup_command
+
+        run = backup_command.backup_main if command == "backup" else backup_command.restore_main
         return run(rest)
     print(f"convmem: unknown command {command!r}\n\n{USAGE.strip()}", file=sys.stderr)
     return 2

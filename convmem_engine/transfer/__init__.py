@@ -1,6 +1,17 @@
-"""Export and import: ConvMem JSONL (lossless), Markdown, ChatGPT and Claude exports, and the
-MCP reference memory server's memory.json. Over MemoryService; no Qt. See docs/transfer.md."""
+"""Export and import (ConvMem JSONL, Markdown, ChatGPT and Claude exports, the MCP reference
+memory server's memory.json) and backups. Over MemoryService; no Qt. See docs/transfer.md."""
 
+from convmem_engine.transfer.backup import (
+    BackupCancelled,
+    BackupError,
+    BackupInfo,
+    create_backup,
+    default_backup_dir,
+    list_backups,
+    prune_backups,
+    restore_backup,
+    verify_backup,
+)
 from convmem_engine.transfer.exporter import (
     EXPORT_FORMATS,
     ExportCancelled,
@@ -15,13 +26,22 @@ from convmem_engine.transfer.records import ImportFormatError, Skip
 __all__ = [
     "EXPORT_FORMATS",
     "FORMATS",
+    "BackupCancelled",
+    "BackupError",
+    "BackupInfo",
     "ExportCancelled",
     "ExportReport",
     "ImportFormatError",
     "ImportReport",
     "Skip",
+    "create_backup",
+    "default_backup_dir",
     "export_jsonl",
     "export_markdown",
+    "list_backups",
+    "prune_backups",
+    "restore_backup",
     "run_import",
+    "verify_backup",
     "write_jsonl",
 ]
