@@ -7,6 +7,7 @@ convmem export [--data-dir DIR] --format jsonl|markdown [--session ID] OUT
 convmem import [--data-dir DIR] [--dry-run] [--format F] FILE   ChatGPT, Claude, memory.json, JSONL
 convmem backup [--data-dir DIR] [--to FOLDER] [--single-file] [--keep N] | --verify BACKUP
 convmem restore [--data-dir DIR] [--in-place] BACKUP
+convmem hosts  [list|add|remove] [HOST] [--data-dir DIR]   connect Claude, Cursor, Codex...
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
 
         run = transfer_command.export_main if command == "export" else transfer_command.import_main
         return run(rest)
+    if command == "hosts":
+        from convmem_app import hosts_command
+
+        return hosts_command.main(rest)
     if command in ("backup", "restore"):
         from convmem_app import backup_command
 
