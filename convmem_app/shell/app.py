@@ -44,6 +44,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtNetwork import QLocalSocket
 from PySide6.QtWidgets import QApplication
 
+from convmem_app.hosts.configure import shim_command
 from convmem_app.shell import autostart
 from convmem_app.shell.pipe_bridge import ListenError, PipeBridge, control_line
 from convmem_app.shell.startup_error import StartupErrorWindow, describe
@@ -100,20 +101,7 @@ def handover_command(minimized: bool) -> str:
     return "status" if minimized else "raise"
 
 
-# ---- host configuration ---------------------------------------------------------------------
-
-
-def shim_command(data_dir: Path) -> list[str]:
-    """The absolute command a host runs: the installed `convmem-shim` if there is one next to
-    our interpreter (or our bundled executable), else `python -m convmem_app shim`."""
-    here = Path(sys.executable).resolve().parent
-    unresolved = Path(sys.executable).parent  # a venv's bin/ holds the scripts
-    name = "convmem-shim.exe" if sys.platform == "win32" else "convmem-shim"
-    for folder in (unresolved, here, unresolved / "Scripts"):
-        candidate = folder / name
-        if candidate.is_file():
-            return [str(candidate), "--data-dir", str(data_dir)]
-    return [sys.executable, "-m", "convmem_app", "shim", "--data-dir", str(data_dir)]
+# ---- host configuration (the shim command: convmem_app.hosts) ------------------------------
 
 
 def host_configuration(data_dir: Path) -> str:
