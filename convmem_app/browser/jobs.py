@@ -44,6 +44,11 @@ class Job(QObject):
     def cancelled(self) -> bool:
         return self._cancel.is_set()
 
+    @property
+    def cancel_event(self) -> threading.Event:
+        """For work functions that take a `threading.Event` to stop at (imports, exports)."""
+        return self._cancel
+
     def report(self, done: int, total: int) -> None:
         """Called from the work function (worker thread)."""
         self._progress.emit(done, total)

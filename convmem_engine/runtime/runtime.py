@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from convmem_engine.mcp.line_transport import ReadChunk, Send, serve_chunks
+from convmem_engine.runtime.activity import CURRENT_CLIENT
 from convmem_engine.runtime.clients import ClientInfo, ClientRegistry
 from convmem_engine.runtime.engine_thread import EngineThread
 
@@ -282,9 +283,12 @@ class Runtime:
         """Serve one MCP session over newline-delimited JSON-RPC (`serve_chunks`), listed in
         `clients` while it lasts. Call on the engine loop."""
         handle = self.clients.connect(transport)
+        # the session's tool calls (and the change events they publish) know their client
+        token = CURRENT_CLIENT.set(handle.client_id)
         try:
             await serve_chunks(self.server, read_chunk, send, on_request=handle.observe)
         finally:
+            CURRENT_CLIENT.reset(token)
             handle.close()
 
     # ---- health ---------------------------------------------------------------------------

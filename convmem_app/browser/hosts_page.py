@@ -1,0 +1,172 @@
+"""The Hosts tab: who is connected, what they changed, and one-click host setup.
+
+Connected clients (name and version from the MCP handshake, transport, since when, requests,
+last activity) are polled from the runtime's client registry once a second while the tab is
+shown. The activity feed lists writes, updates and deletes as they happen, newest first, with
+the client that made them (convmem_engine.runtime.activity); activating an entry opens the
+message. No content is shown or kept here: ids, kinds, times and names only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QGroupBox,
+    QHeaderView,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from convmem_app.browser.host_setup import HostSetup
+from convmem_engine.runtime.activity import Activity, ActivityLog
+from convmem_engine.runtime.clients import ClientInfo
+
+FEED_MAX: Final = 500
+_KIND_TEXT: Final = {
+    "write": "wrote",
+    "update": "updated",
+    "delete": "deleted",
+    "rebuild": "rebuilt",
+}
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def _ago(t: float, now: float) -> str:
+    s = max(0, int(now - t))
+    if s < 60:
+        return f"{s} s ago"
+    if s < 3600:
+        return f"{s // 60} min ago"
+    return f"{s // 3600} h ago"
+
+
+def client_label(c: ClientInfo) -> str:
+    return f"{c.name} {c.version}".strip() or f"unnamed {c.transport} client"
+
+
+class HostsPage(QWidget):
+    openRequested = Signal(str, str)  # message id, session id
+    clientsChanged = Signal(list)  # the ClientInfo list shown
+    _activity = Signal(object)  # from writer threads, queued to the GUI thread
+
+    def __init__(
+        self,
+        host_setup: HostSetup,
+        clients: Callable[[], list[ClientInfo]] | None = None,
+        activity: ActivityLog | None = None,
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.host_setup = host_setup
+        self._clients = clients
+        self._feed_log = activity
+        self.table = QTableWidget(0, 6)
+        self.table.setObjectName("clientsTable")
+        self.table.setHorizontalHeaderLabels(
+            ["Client", "Transport", "Connected", "Requests", "Last activity", "Id"]
+        )
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().hide()
+        self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.empty_clients = QLabel("No host is connected right now.")
+        self.feed = QListWidget()
+        self.feed.setObjectName("activityFeed")
+        self.feed.itemActivated.connect(self._open)
+        self.feed.itemDoubleClicked.connect(self._open)
+        clients_box = QGroupBox("Connected now")
+        cb = QVBoxLayout(clients_box)
+        cb.addWidget(self.empty_clients)
+        cb.addWidget(self.table)
+        feed_box = QGroupBox("Activity (newest first; double-click to open the message)")
+        fb = QVBoxLayout(feed_box)
+        fb.addWidget(self.feed)
+        setup_box = QGroupBox("Connect a host")
+        sb = QVBoxLayout(setup_box)
+        sb.addWidget(host_setup)
+        layout = QVBoxLayout(self)
+        layout.addWidget(clients_box, 1)
+        layout.addWidget(feed_box, 2)
+        layout.addWidget(setup_box)
+        self.timer = QTimer(self)
+        self.timer.setInterval(1000)
+        self.timer.timeout.connect(self.refresh_clients)
+        self._activity.connect(self._add_entry, Qt.ConnectionType.QueuedConnection)
+        self._unsubscribe: Callable[[], None] | None = None
+        if activity is not None:
+            for entry in activity.entries():
+                self._add_entry(entry)
+            self._unsubscribe = activity.subscribe(self._activity.emit)
+        self.refresh_clients()
+
+    def stop(self) -> None:
+        self.timer.stop()
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+
+    def showEvent(self, event: Any) -> None:
+        super().showEvent(event)
+        self.refresh_clients()
+        self.host_setup.refresh()
+        self.timer.start()
+
+    def hideEvent(self, event: Any) -> None:
+        super().hideEvent(event)
+        self.timer.stop()
+
+    def refresh_clients(self) -> None:
+        clients = self._clients() if self._clients is not None else []
+        now = time.time()
+        self.table.setRowCount(len(clients))
+        for row, c in enumerate(clients):
+            cells = (
+                client_label(c),
+                c.transport,
+                _clock(c.since),
+                f"{c.requests:,}",
+                _ago(c.last_activity, now),
+                str(c.client_id),
+            )
+            for col, text in enumerate(cells):
+                self.table.setItem(row, col, QTableWidgetItem(text))
+        self.table.setVisible(bool(clients))
+        self.empty_clients.setVisible(not clients)
+        self.clientsChanged.emit(clients)
+
+    def _add_entry(self, entry: object) -> None:
+        assert isinstance(entry, Activity)
+        who = entry.client or "this app"
+        what = _KIND_TEXT.get(entry.kind, entry.kind)
+        where = f" in {entry.session_id}" if entry.session_id else ""
+        text = f"{_clock(entry.at)}  {who} {what} {entry.message_id or 'the index'}{where}"
+        item = QListWidgetItem(text)
+        item.setData(Qt.ItemDataRole.UserRole, (entry.message_id, entry.session_id))
+        self.feed.insertItem(0, item)
+        while self.feed.count() > FEED_MAX:
+            self.feed.takeItem(self.feed.count() - 1)
+
+    def _open(self, item: QListWidgetItem) -> None:
+        data = item.data(Qt.ItemDataRole.UserRole)
+        if isinstance(data, tuple) and data[0] and data[1]:
+            self.openRequested.emit(data[0], data[1])
+
+
+def connected_summary(clients: list[ClientInfo]) -> str:
+    """For the tray tooltip and the status line: who is connected."""
+    if not clients:
+        return "no host connected"
+    names = sorted({client_label(c) for c in clients})
+    return f"{len(clients)} connected: " + ", ".join(names)
