@@ -1,9 +1,9 @@
 """Automatic backups in the app: on a schedule (default daily), keeping the newest N (default 7).
 
 Settings (the app's QSettings, group `backup`): `enabled` (default true), `interval_hours`
-(24), `keep` (7), `folder` (default `<data dir>-backups`). Every `CHECK_MS` and at start, the
-scheduler looks at the newest backup in the folder; when it is older than the interval (or there
-is none) it makes one on a worker thread (convmem_engine.transfer.create_backup: online,
+(24), `keep` (7), `folder` (default `<data dir>-backups`). Every `CHECK_MS` (and a minute after
+start), the scheduler looks at the newest backup in the folder; when it is older than the
+interval (or there is none) it makes one on a worker thread (transfer.create_backup: online,
 verified) and then deletes all but the newest `keep`. The store is only read, so hosts keep
 writing meanwhile. Results are signals on the GUI thread; a failure is reported and retried at
 the next check.
@@ -28,6 +28,8 @@ from convmem_engine.transfer import (
 from convmem_engine.transfer.backup import DEFAULT_INTERVAL_HOURS, DEFAULT_KEEP
 
 CHECK_MS: Final = 15 * 60 * 1000
+FIRST_CHECK_MS: Final = 60 * 1000
+"""The first check waits a minute: a start (at login, by a host's shim) is not slowed down."""
 _HOUR_MS: Final = 3_600_000
 
 
@@ -44,6 +46,7 @@ class BackupScheduler(QObject):
         self._timer = QTimer(self)
         self._timer.setInterval(CHECK_MS)
         self._timer.timeout.connect(self.check_now)
+        self._first: QTimer | None = None
         self._job: Job | None = None
         self.last: BackupInfo | None = None
         self.last_error = ""
@@ -86,12 +89,17 @@ class BackupScheduler(QObject):
 
     # -- running ----------------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, first_check_ms: int = FIRST_CHECK_MS) -> None:
         self._timer.start()
-        QTimer.singleShot(0, self.check_now)
+        self._first = QTimer(self)
+        self._first.setSingleShot(True)
+        self._first.timeout.connect(self.check_now)
+        self._first.start(first_check_ms)
 
     def stop(self, msecs: int = 30_000) -> None:
         self._timer.stop()
+        if self._first is not None:
+            self._first.stop()
         self._runner.shutdown(msecs)
 
     @property

@@ -189,7 +189,7 @@ def fill_demo(svc: Any) -> dict[str, str]:
 # --- inside the display -----------------------------------------------------------------------
 
 
-def inner(out: Path) -> None:
+def inner(out: Path, only: set[str]) -> None:
     sys.path.insert(0, str(ROOT))
     from PySide6.QtCore import QEventLoop, QSettings, Qt, QTimer
     from PySide6.QtWidgets import QApplication, QWidget
@@ -215,6 +215,8 @@ def inner(out: Path) -> None:
         pump(200)
 
     def shot(widget: QWidget, name: str) -> None:
+        if only and name not in only:
+            return
         path = out / name
         widget.grab().save(str(path))
         print(f"saved {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
@@ -287,15 +289,116 @@ def inner(out: Path) -> None:
         b.shutdown()
         svc.close()
 
+    portability_scenes(shot, wait, pump)
+
+
+def portability_scenes(shot: Any, wait: Any, pump: Any) -> None:
+    """Issue 16's views: the welcome page, the Hosts tab, import, backup, bulk curation."""
+    from PySide6.QtCore import QSettings
+
+    from convmem_app.backup_schedule import BackupScheduler
+    from convmem_app.browser import MemoryBrowser
+    from convmem_app.browser.portability import Portability
+    from convmem_app.hosts import Env
+    from convmem_engine.runtime.activity import CURRENT_CLIENT, ActivityLog
+    from convmem_engine.runtime.clients import ClientRegistry
+    from convmem_engine.service import MemoryService
+
+    sys.path.insert(0, str(ROOT / "tests" / "transfer"))
+    from export_samples import chatgpt_export, write_json
+
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp) / "home"
+        (home / ".cursor").mkdir(parents=True)
+        (home / ".codex").mkdir()
+        (home / ".config" / "Claude").mkdir(parents=True)
+        (home / ".config" / "Claude" / "claude_desktop_config.json").write_text(
+            '{"mcpServers": {"convmem": {"command": "/old/place/convmem-shim", "args": []}}}'
+        )
+        env = Env(home, {"PATH": ""}, "linux")
+        data = Path(tmp) / "data"
+        svc = MemoryService.open(data)
+        settings = QSettings(str(Path(tmp) / "settings.ini"), QSettings.Format.IniFormat)
+        registry = ClientRegistry()
+        feed = ActivityLog(svc, registry)
+        b = MemoryBrowser(svc, settings=settings)
+        sched = BackupScheduler(str(data), settings)
+        p = Portability(
+            b,
+            data_dir=data,
+            scheduler=sched,
+            clients=registry.clients,
+            activity=feed,
+            env_factory=lambda: env,
+        )
+        b.resize(1280, 820)
+        b.show()
+        wait(lambda: p.showing_welcome and p.welcome_setup.statuses)
+        shot(b, "welcome.png")
+
+        desktop = registry.connect("pipe")
+        desktop.identify("claude-ai", "0.14.1")
+        code = registry.connect("pipe")
+        code.identify("claude-code", "2.1.4")
+        for who, session, text in (
+            (desktop, "trip-planning", "Remember: I prefer window seats on trains."),
+            (code, "repo-atlas", "The storage engine is an append-only log."),
+            (desktop, "trip-planning", "Booked the Nozomi to Kyoto on the 14th."),
+        ):
+            token = CURRENT_CLIENT.set(who.client_id)
+            try:
+                svc.write_message(session_id=session, role="user", content=text)
+            finally:
+                CURRENT_CLIENT.reset(token)
+        b.tabs.setCurrentWidget(p.hosts_page)
+        wait(lambda: p.hosts_page.feed.count() == 3 and p.hosts_setup.statuses)
+        shot(b, "hosts.png")
+
+        src = Path(tmp) / "conversations.json"
+        write_json(src, chatgpt_export(40, 12))
+        dialog = p.open_import()
+        dialog.path.setText(str(src))
+        dialog.dry_run()
+        wait(lambda: dialog.import_button.isEnabled())
+        shot(dialog, "import.png")
+        dialog.close()
+
+        backup = p.open_backup()
+        assert backup is not None
+        backup.backup_now()
+        wait(lambda: backup.open_button.isEnabled())
+        shot(backup, "backup.png")
+        backup.close()
+
+        b.tabs.setCurrentIndex(0)
+        b.select_session("trip-planning")
+        wait(lambda: b.history_model.rowCount() == 2 and not b.history_model.loading)
+        b.history_view.selectAll()
+        bulk = p.open_bulk()
+        assert bulk is not None
+        bulk.tier.setCurrentText("long")
+        bulk.add_tags.setText("travel, japan")
+        pump()
+        shot(bulk, "bulk-edit.png")
+        bulk.reject()
+
+        p.stop()
+        sched.stop()
+        b.close()
+        b.shutdown()
+        feed.close()
+        svc.close()
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--only", nargs="*", default=[], help="save only these file names")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.inner:
-        inner(args.out.resolve())
+        inner(args.out.resolve(), set(args.only))
         return 0
     ensure_xvfb()
     xvfb, display = start_xvfb()
@@ -303,7 +406,9 @@ def main(argv: list[str] | None = None) -> int:
         env = dict(os.environ, DISPLAY=display, QT_QPA_PLATFORM="xcb")
         env.pop("WAYLAND_DISPLAY", None)
         return subprocess.run(
-            [sys.executable, __file__, "--inner", "--out", str(args.out)], env=env, check=False
+            [sys.executable, __file__, "--inner", "--out", str(args.out), "--only", *args.only],
+            env=env,
+            check=False,
         ).returncode
     finally:
         xvfb.terminate()

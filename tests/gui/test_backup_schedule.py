@@ -24,7 +24,7 @@ def test_first_check_makes_a_verified_backup_then_nothing_until_due(
     assert sched.folder == str(tmp_path / "data") + "-backups"
     assert sched.due()
     with qtbot.waitSignal(sched.backupMade, timeout=60_000) as made:
-        sched.start()
+        sched.start(first_check_ms=0)
     info = made.args[0]
     assert isinstance(info, BackupInfo) and info.messages == 1
     assert verify_backup(info.path).messages == 1
