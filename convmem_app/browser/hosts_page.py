@@ -103,7 +103,13 @@ class HostsPage(QWidget):
         self.timer = QTimer(self)
         self.timer.setInterval(1000)
         self.timer.timeout.connect(self.refresh_clients)
-        self._activity.connect(self._add_entry, Qt.ConnectionType.QueuedConnection)
+        # changes come in bursts (an import writes thousands): shown in batches
+        self._pending: list[Activity] = []
+        self._flush_timer = QTimer(self)
+        self._flush_timer.setSingleShot(True)
+        self._flush_timer.setInterval(100)
+        self._flush_timer.timeout.connect(self._flush)
+        self._activity.connect(self._queue_entry, Qt.ConnectionType.QueuedConnection)
         self._unsubscribe: Callable[[], None] | None = None
         if activity is not None:
             for entry in activity.entries():
@@ -146,8 +152,20 @@ class HostsPage(QWidget):
         self.empty_clients.setVisible(not clients)
         self.clientsChanged.emit(clients)
 
-    def _add_entry(self, entry: object) -> None:
+    def _queue_entry(self, entry: object) -> None:
         assert isinstance(entry, Activity)
+        self._pending.append(entry)
+        if not self._flush_timer.isActive():
+            self._flush_timer.start()
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending[-FEED_MAX:], []
+        self.feed.setUpdatesEnabled(False)
+        for entry in pending:
+            self._add_entry(entry)
+        self.feed.setUpdatesEnabled(True)
+
+    def _add_entry(self, entry: Activity) -> None:
         who = entry.client or "this app"
         what = _KIND_TEXT.get(entry.kind, entry.kind)
         where = f" in {entry.session_id}" if entry.session_id else ""
