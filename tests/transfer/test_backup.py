@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 WRITER = """
 import sys
 sys.path.insert(0, sys.argv[2])
+from convmem_engine.domain.errors import ConvMemError
 from convmem_engine.service import MemoryService
 svc = MemoryService.open(sys.argv[1])
 print("READY", flush=True)
@@ -36,7 +37,10 @@ while True:
     if i % 40 == 0:
         svc.update_message(message_id=mid, content="updated " * 10)
     if i % 150 == 149:
-        svc.rebuild_index()
+        try:
+            svc.rebuild_index()
+        except ConvMemError:  # Windows: the backup's open log cannot be replaced; retried later
+            pass
     print("A", mid, flush=True)
     i += 1
 """
