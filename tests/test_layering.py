@@ -27,6 +27,7 @@ FLOORS: dict[str, int] = {
     "index": 1,  # derived state over domain values
     "service": 2,  # MemoryService: the operations over store + indexes
     "tools": 3,  # the tool registry: declarations, argument checks, handlers
+    "transfer": 3,  # export, import, backups: over the service and the store's files
     "agent": 4,  # the memory agent: calls tools through the registry
     "mcp": 5,  # the protocol face: servers and transports built from the registry
     "runtime": 6,  # owns the lock, the service, the server, the listeners
