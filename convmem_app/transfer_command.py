@@ -4,8 +4,9 @@ convmem export [--data-dir D] --format jsonl|markdown [--session ID] OUT
 convmem import [--data-dir D] [--dry-run] [--format chatgpt|claude|memory-json|jsonl] FILE
 
 Both take the data dir's lock (the app must not be running on it; the app has the same
-commands in its browser). Import creates the data dir when it does not exist; a dry run never
-creates or changes anything. Exit status: 0 done, 1 the file or the store failed, 2 usage.
+commands in its browser), except a dry run, which reads a temporary copy of the store and so
+never creates or changes anything and also works while the app runs. Import creates the data
+dir when it does not exist. Exit status: 0 done, 1 the file or the store failed, 2 usage.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ def import_main(argv: list[str]) -> int:
     from convmem_engine.domain.errors import ConvMemError
     from convmem_engine.service import MemoryService
     from convmem_engine.transfer import run_import
+    from convmem_engine.transfer.backup import open_copy
 
     data_dir = resolve_data_dir(args.data_dir)
     if not os.path.isfile(args.file):
@@ -92,6 +94,9 @@ def import_main(argv: list[str]) -> int:
     try:
         if args.dry_run and not os.path.isdir(data_dir):
             report = run_import(args.file, service=None, fmt=args.format, dry_run=True)
+        elif args.dry_run:  # on a copy: changes nothing, works while the app runs
+            with open_copy(data_dir) as service:
+                report = run_import(args.file, service=service, fmt=args.format, dry_run=True)
         else:
             with MemoryService.open(data_dir) as service:
                 report = run_import(

@@ -33,7 +33,7 @@ import shutil
 import tempfile
 import threading
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -229,6 +229,20 @@ def _write_manifest(folder: str, created: int, messages: int, sessions: int) -> 
     }
     with atomic_file(os.path.join(folder, MANIFEST)) as f:
         f.write(json.dumps(manifest, indent=2).encode() + b"\n")
+
+
+@contextlib.contextmanager
+def open_copy(data_dir: str | os.PathLike[str]) -> Iterator[MemoryService]:
+    """A MemoryService over a temporary copy of a data dir's log: to look without changing
+    anything (no lock taken, no recovery or snapshot written in the data dir), also while
+    the app runs. The copy is removed afterwards."""
+    work = tempfile.mkdtemp(prefix="convmem-look-")
+    try:
+        _copy_log(os.fspath(data_dir), work, None, None)
+        with MemoryService.open(work, background_search_from=1 << 62) as service:
+            yield service
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 # -- reading, verifying, listing --------------------------------------------------------------

@@ -44,6 +44,15 @@ def test_import_into_a_new_data_dir_dry_run_first(tmp_path: Path) -> None:
     real = convmem("import", "--data-dir", data, src)
     assert real.returncode == 0, real.stderr
     assert real.stdout.startswith("claude: stored 30 messages in 5 conversations")
+    before = tree_digest(data)
+    with MemoryService.open(data):  # the app is running: a dry run still works, on a copy
+        look = convmem("import", "--data-dir", data, "--dry-run", src)
+    assert look.returncode == 0, look.stderr
+    assert (
+        "would store 0 messages" in look.stdout
+        and "skipped 30: already in the store" in look.stdout
+    )
+    assert tree_digest(data) == before
     again = convmem("import", "--data-dir", data, "--format", "claude", src)
     assert (
         "stored 0 messages" in again.stdout and "skipped 30: already in the store" in again.stdout
