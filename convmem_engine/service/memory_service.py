@@ -171,6 +171,11 @@ class MemoryService:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def data_dir(self) -> str:
+        """The store's directory (host setup and backups name it)."""
+        return self._store.data_dir
+
     def subscribe(self, callback: Callable[[ChangeEvent], None]) -> Callable[[], None]:
         """Call `callback` after each durable change (on the writer's thread); returns the
         function that unsubscribes it. Callbacks must be quick and thread-safe."""
