@@ -10,7 +10,13 @@ from PySide6.QtGui import QCloseEvent, QDesktopServices
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from convmem_app.shell.pipe_bridge import ListenError
-from convmem_engine.domain.errors import BusyError, ConvMemError, CorruptStoreError, StoreIOError
+from convmem_engine.domain.errors import (
+    BusyError,
+    ConvMemError,
+    CorruptStoreError,
+    StoreIOError,
+    UnsafeDataDirError,
+)
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,15 @@ def describe(error: BaseException, data_dir: Path) -> StartupProblem:
             f"Copy the folder {data_dir} somewhere safe first. Then restore it from a backup, "
             "or start ConvMem with another data folder (`convmem app --data-dir NEW`) and keep "
             "the damaged copy for inspection.",
+        )
+    if isinstance(error, UnsafeDataDirError):
+        return StartupProblem(
+            "IO_ERROR",
+            "The data folder is not private",
+            f"{detail}.",
+            "ConvMem opens only a data folder that belongs to you and that no other user can "
+            "change. Fix its owner or permissions as described above, or start ConvMem with "
+            "another data folder (`convmem app --data-dir NEW`), then click Retry.",
         )
     if isinstance(error, StoreIOError):
         return StartupProblem(

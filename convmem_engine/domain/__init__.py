@@ -10,6 +10,7 @@ from convmem_engine.domain.errors import (
     InternalError,
     NotFoundError,
     StoreIOError,
+    UnsafeDataDirError,
     ValidationError,
 )
 from convmem_engine.domain.message import (
@@ -43,6 +44,7 @@ __all__ = [
     "Relation",
     "SearchFilters",
     "StoreIOError",
+    "UnsafeDataDirError",
     "ValidationError",
     "limits",
     "validation",

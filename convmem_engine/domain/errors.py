@@ -51,6 +51,10 @@ class StoreIOError(ConvMemError):
     code = "IO_ERROR"
 
 
+class UnsafeDataDirError(StoreIOError):
+    """The data dir is owned by another user or writable by others: refused, never used."""
+
+
 class CorruptStoreError(ConvMemError):
     """Persisted data failed an integrity check; nothing was skipped or repaired."""
 

@@ -7,14 +7,74 @@ rename) or a simulated crash between any two steps. The logical I/O counters rep
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import stat
+import sys
 import threading
 from dataclasses import dataclass
 from typing import IO, Any
 
+from convmem_engine.domain.errors import UnsafeDataDirError
+
 _BINARY = getattr(os, "O_BINARY", 0)
 _NOINHERIT = getattr(os, "O_NOINHERIT", 0) | getattr(os, "O_CLOEXEC", 0)
+# Never follow a symlink planted at one of our names (POSIX). Windows has no O_NOFOLLOW:
+# there `_refuse_link` checks for a reparse point first, and O_EXCL (CREATE_NEW) refuses any
+# existing name, a link included.
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_REPARSE_POINT = getattr(stat, "FILE_ATTRIBUTE_REPARSE_POINT", 0x400)
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+
+def _refuse_link(path: str) -> None:
+    """Where the OS cannot refuse a link in open() itself (Windows), refuse it here."""
+    if _NOFOLLOW:
+        return
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode) or getattr(st, "st_file_attributes", 0) & _REPARSE_POINT:
+        raise OSError(errno.ELOOP, "is a symbolic link or reparse point; refusing to follow it")
+
+
+def check_private_dir(path: str) -> None:
+    """Refuse a data dir that another user owns or may change; make it user-only (0700).
+
+    POSIX: the directory (a symlink given as the path is followed: the user chose it) must be
+    owned by the effective user and not writable by group or others; read/search bits for
+    group and others are removed. Windows: the owner must be the current user (or the
+    Administrators group, as for folders an elevated installer made) and no ACE may grant
+    write access to anyone but the user, SYSTEM and Administrators.
+    """
+    if sys.platform == "win32":
+        from convmem_engine.storage import win_acl
+
+        problem = win_acl.dir_problem(path)
+        if problem:
+            raise UnsafeDataDirError(f"data dir: {path} {problem}")
+        return
+    st = os.stat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeDataDirError(f"data dir: {path} is not a directory")
+    uid = os.geteuid()
+    if st.st_uid != uid:
+        raise UnsafeDataDirError(
+            f"data dir: {path} is owned by another user (uid {st.st_uid}; you are uid {uid}): "
+            "ConvMem keeps memory only in a folder of your own; choose another data folder"
+        )
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o022:
+        raise UnsafeDataDirError(
+            f"data dir: {path} is writable by group or others (mode {mode:04o}): another user "
+            f"could plant or replace files in it; run `chmod 700 {path}` if it is yours"
+        )
+    if mode & 0o077:
+        os.chmod(path, DIR_MODE)  # readable by others (older versions made it 0755)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,16 +127,24 @@ class FileSystem:
     # -- descriptors ----------------------------------------------------------------------
 
     def open_append(self, path: str) -> int:
-        """Open (creating if missing) for appending; the descriptor is positioned at the end."""
-        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _BINARY | _NOINHERIT, 0o600)
+        """Open (creating if missing) for appending; the descriptor is positioned at the end.
+        A symlink at `path` is refused (ELOOP), never followed."""
+        _refuse_link(path)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW | _BINARY | _NOINHERIT
+        return os.open(path, flags, FILE_MODE)
 
     def open_new(self, path: str) -> int:
-        """Create or truncate a file for writing (used for temporary files only)."""
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _BINARY | _NOINHERIT
-        return os.open(path, flags, 0o600)
+        """Create a new file for writing (temporary files only), user-only. Whatever is at
+        `path` (a leftover, a planted symlink) is unlinked first, then the file is created
+        exclusively (O_EXCL: an entry planted meanwhile makes it fail, nothing is followed)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # removes a symlink itself, never its target
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _BINARY | _NOINHERIT
+        return os.open(path, flags, FILE_MODE)
 
     def open_read(self, path: str) -> int:
-        return os.open(path, os.O_RDONLY | _BINARY | _NOINHERIT)
+        _refuse_link(path)
+        return os.open(path, os.O_RDONLY | _NOFOLLOW | _BINARY | _NOINHERIT)
 
     def read(self, fd: int, size: int) -> bytes:
         return os.read(fd, size)
@@ -139,7 +207,29 @@ class FileSystem:
         return os.listdir(path)
 
     def makedirs(self, path: str) -> None:
-        os.makedirs(path, exist_ok=True)
+        """Create `path` and missing parents user-only (0700), each new entry made durable
+        (fsync of its parent), then check that it is private (`check_private_dir`)."""
+        path = os.path.abspath(path)
+        missing: list[str] = []
+        p = path
+        while not os.path.isdir(p):
+            missing.append(p)
+            parent = os.path.dirname(p)
+            if parent == p:
+                break
+            p = parent
+        for d in reversed(missing):
+            try:
+                self.mkdir(d)
+            except FileExistsError:
+                if not os.path.isdir(d):
+                    raise
+                continue
+            self.fsync_dir(os.path.dirname(d))
+        check_private_dir(path)
+
+    def mkdir(self, path: str) -> None:
+        os.mkdir(path, DIR_MODE)
 
     def fsync_dir(self, path: str) -> None:
         """Make a create/replace/unlink in `path` durable. Impossible (and unneeded) on Windows."""
@@ -156,17 +246,36 @@ class FileSystem:
     # -- the lock file --------------------------------------------------------------------
 
     def open_lock_file(self, path: str) -> IO[Any]:
-        """The file object portalocker locks. Closing it (or process death) releases the lock."""
-        return open(path, "a+b")
+        """The file object portalocker locks. Closing it (or process death) releases the lock.
+        Created user-only, never through a symlink; an older 0644 one is made 0600."""
+        _refuse_link(path)
+        flags = os.O_RDWR | os.O_CREAT | _NOFOLLOW | _BINARY | _NOINHERIT
+        fd = os.open(path, flags, FILE_MODE)
+        try:
+            if sys.platform != "win32" and stat.S_IMODE(os.fstat(fd).st_mode) != FILE_MODE:
+                os.fchmod(fd, FILE_MODE)
+            return os.fdopen(fd, "a+b")
+        except BaseException:
+            os.close(fd)
+            raise
 
     def write_small_file(self, path: str, data: bytes) -> None:
-        """Write a tiny informational file (the lock holder's pid); no durability needed."""
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _BINARY | _NOINHERIT, 0o600)
+        """Write a tiny informational file (the lock holder's pid); no durability needed.
+        Whatever is at `path` is unlinked and the file created exclusively: a planted symlink
+        is removed, never written through."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _BINARY | _NOINHERIT
+        fd = os.open(path, flags, FILE_MODE)
         try:
             os.write(fd, data)  # not the store's data: not counted
         finally:
             os.close(fd)
 
     def read_small_file(self, path: str) -> bytes:
-        with open(path, "rb") as f:
-            return f.read(4096)
+        _refuse_link(path)
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _BINARY | _NOINHERIT)
+        try:
+            return os.read(fd, 4096)
+        finally:
+            os.close(fd)
