@@ -31,7 +31,8 @@ from ulid import ULID
 
 from convmem_engine.domain import Message
 from convmem_engine.storage import Store
-from convmem_engine.storage.record import PUT, encode_message, encode_record
+from convmem_engine.storage.codec import encode_message
+from convmem_engine.storage.record import PUT, encode_record
 
 
 def peak_rss_mb() -> float:

@@ -14,6 +14,7 @@ from convmem_engine.domain.errors import (
     BusyError,
     ConvMemError,
     CorruptStoreError,
+    NewerFormatError,
     StoreIOError,
     UnsafeDataDirError,
 )
@@ -38,6 +39,14 @@ def describe(error: BaseException, data_dir: Path) -> StartupProblem:
             f"app. ({detail})",
             "Usually this is `convmem serve` started by an LLM host that is configured without "
             "the shim. Close that host (or point it at convmem-shim instead) and click Retry.",
+        )
+    if isinstance(error, NewerFormatError):
+        return StartupProblem(
+            "CORRUPT_STORE",
+            "The memory store was written by a newer ConvMem",
+            f"{detail}.",
+            "Install the ConvMem version that wrote it (or a newer one). This version cannot "
+            "read it and changed nothing.",
         )
     if isinstance(error, CorruptStoreError):
         return StartupProblem(

@@ -61,6 +61,11 @@ class CorruptStoreError(ConvMemError):
     code = "CORRUPT_STORE"
 
 
+class NewerFormatError(CorruptStoreError):
+    """The store was written by a newer version (a format this one cannot read): refused,
+    nothing changed. Reported as CORRUPT_STORE (the store cannot be opened as it is)."""
+
+
 class InternalError(ConvMemError):
     """Allocation failure or an impossible internal state."""
 

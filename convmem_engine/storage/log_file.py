@@ -22,7 +22,13 @@ from dataclasses import dataclass
 
 from convmem_engine.domain.errors import CorruptStoreError
 from convmem_engine.storage.fs import FileSystem
-from convmem_engine.storage.record import HEADER, HEADER_SIZE, MAGIC, header_problem
+from convmem_engine.storage.record import (
+    FORMAT_VERSION,
+    HEADER,
+    HEADER_SIZE,
+    MAGIC,
+    header_problem,
+)
 
 _CHUNK = 1 << 20
 
@@ -47,8 +53,10 @@ class LogScanner:
         start: int,
         prev_seq: int | None,
         crc: int = 0,
+        version: int = FORMAT_VERSION,
     ) -> None:
         self._fs = fs
+        self._version = version
         self._fd = fd
         self._name = name
         self._start = start
@@ -108,7 +116,7 @@ class LogScanner:
                     break
                 why = "bad magic" if magic != MAGIC else "header CRC mismatch"
                 raise self._corrupt(offset, why)
-            problem = header_problem(version, rtype, flags, length)
+            problem = header_problem(version, rtype, flags, length, self._version)
             if problem:
                 raise self._corrupt(offset, problem)
             if offset + HEADER_SIZE + length > size:

@@ -16,7 +16,7 @@ import os
 import secrets
 import threading
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
@@ -25,27 +25,31 @@ from convmem_engine.domain.errors import (
     ConflictError,
     CorruptStoreError,
     InternalError,
+    NewerFormatError,
     NotFoundError,
     StoreIOError,
     ValidationError,
 )
 from convmem_engine.domain.message import DEFAULT_METADATA, Message
 from convmem_engine.storage import snapshot as snap
+from convmem_engine.storage.codec import decode_message, encode_message
 from convmem_engine.storage.fs import FileSystem, IOCounters
+from convmem_engine.storage.legacy import decode_message_v2
 from convmem_engine.storage.lock import DataDirLock
 from convmem_engine.storage.log_file import LogScanner
 from convmem_engine.storage.record import (
     DEL,
     FORMAT_VERSION,
     GENERATION,
+    HEADER,
     HEADER_SIZE,
+    MAGIC,
     MAX_PAYLOAD,
     PUT,
     UPDATE,
+    UPGRADABLE_VERSIONS,
     decode_generation,
-    decode_message,
     encode_generation,
-    encode_message,
     encode_record,
 )
 
@@ -159,6 +163,8 @@ class Store:
         self._snapshot_valid = True
         self._stale_snapshot = False
         self._snapshot_covers = 0  # log offset a same-generation snapshot proves durable
+        self._version = FORMAT_VERSION  # of the log being read; older ones are upgraded on open
+        self._decode: Callable[[bytes], Message] = decode_message
         self._last_error = ""
         self._failed = ""
         self._closed = False
@@ -227,6 +233,8 @@ class Store:
         finally:
             with contextlib.suppress(OSError):
                 fs.close(rfd)
+        if self._version != FORMAT_VERSION:
+            self._upgrade()
         try:
             self._fd = fs.open_append(self._log_path)
             if self._recovered_tail:
@@ -256,9 +264,31 @@ class Store:
         fs.replace(tmp, self._log_path)
         fs.fsync_dir(self._dir)
 
+    def _read_version(self, rfd: int) -> None:
+        """The log's format version, from the first record's header (when that header is
+        intact; a damaged one is left to the scanner to report). A newer one is refused."""
+        fs = self._fs
+        fs.seek(rfd, 0)
+        head = fs.read(rfd, HEADER_SIZE)
+        if len(head) < HEADER_SIZE:
+            return
+        magic, version = HEADER.unpack_from(head)[:2]
+        if magic != MAGIC or zlib.crc32(head[:24]) != HEADER.unpack_from(head)[7]:
+            return
+        if version > FORMAT_VERSION:
+            raise NewerFormatError(
+                f"{LOG_NAME}: written by a newer ConvMem (store format version {version}; "
+                f"this version reads formats up to {FORMAT_VERSION}): install that version or "
+                "a newer one to open it; nothing was changed"
+            )
+        if version in UPGRADABLE_VERSIONS:
+            self._version = version
+            self._decode = decode_message_v2
+
     def _read_generation(self, rfd: int) -> tuple[int, int, int]:
         """(generation, record size, sequence) of the GENERATION record at offset 0."""
-        scanner = LogScanner(self._fs, rfd, LOG_NAME, 0, None)
+        self._read_version(rfd)
+        scanner = LogScanner(self._fs, rfd, LOG_NAME, 0, None, version=self._version)
         for offset, rtype, seq, payload in scanner.records():
             if rtype != GENERATION:
                 raise CorruptStoreError(
@@ -289,7 +319,7 @@ class Store:
         else:
             self._messages.clear()
             start, prev_seq, crc = 0, None, 0
-        scanner = LogScanner(fs, rfd, LOG_NAME, start, prev_seq, crc)
+        scanner = LogScanner(fs, rfd, LOG_NAME, start, prev_seq, crc, version=self._version)
         with snap.gc_paused():
             for offset, rtype, seq, payload in scanner.records():
                 self._replay(offset, rtype, seq, payload)
@@ -337,8 +367,8 @@ class Store:
             st.deleted_records += 1
         else:
             try:
-                m = decode_message(payload)
-            except (ValueError, KeyError, TypeError) as e:
+                m = self._decode(payload)
+            except Exception as e:  # ValueError, TypeError, RecursionError, ...: not ours
                 raise corrupt("payload is not a message") from e
             old = msgs.get(m.message_id)
             if rtype == PUT:
@@ -370,6 +400,15 @@ class Store:
                 meta, size = snap.read_meta(fs, sfd)
             except (snap.SnapshotError, OSError):
                 self._snapshot_valid = False
+                return None
+            if meta.format_version != FORMAT_VERSION:
+                # An older format's snapshot is never loaded: it proves how far its log was
+                # durable (same generation), and the upgrade replaces it; else it is stale.
+                self._snapshot_valid = False
+                if meta.generation == gen and meta.log_offset >= gen_size:
+                    self._snapshot_covers = meta.log_offset
+                else:
+                    self._stale_snapshot = True
                 return None
             if meta.generation != gen:
                 # A leftover of an interrupted compaction (or an older log): stale, never used,
@@ -691,6 +730,38 @@ class Store:
                 bytes_after=new.end,
             )
 
+    def _upgrade(self) -> None:
+        """Rewrite a store of an older format in the current one (on open, before anything
+        else is written): the steps and the crash safety of a compaction. A crash before the
+        log's rename leaves the old store whole (temporaries are removed on the next open);
+        after it, the new log is the store and the old snapshot is stale."""
+        fs = self._fs
+        what = f"store upgrade from format {self._version} to {FORMAT_VERSION}"
+        new = _LogState(generation=_new_generation(self._log.generation))
+        log_tmp = self._log_path + TMP_SUFFIX
+        snap_tmp = self._snap_path + TMP_SUFFIX
+        try:
+            self._write_compacted_log(log_tmp, new)
+            snap_tmp, snap_size = self._write_snapshot_tmp(new)
+            fs.replace(log_tmp, self._log_path)
+        except OSError as e:
+            self._discard(log_tmp, snap_tmp)
+            raise self._io_error(f"{what}: cannot write the new log", e) from e
+        self._log = new
+        self._version = FORMAT_VERSION
+        self._decode = decode_message
+        self._stale_snapshot = False
+        try:
+            fs.fsync_dir(self._dir)
+            fs.replace(snap_tmp, self._snap_path)
+            fs.fsync_dir(self._dir)
+        except OSError as e:
+            self._discard(snap_tmp)
+            raise self._io_error(f"{what}: cannot install the new snapshot", e) from e
+        self._snapshot_size = snap_size
+        self._snapshot_at = (new.generation, new.end)
+        self._snapshot_valid = True
+
     def _reopen_log(self) -> None:
         try:
             self._fd = self._fs.open_append(self._log_path)
@@ -764,6 +835,7 @@ class Store:
         disk = Store.__new__(Store)
         disk._messages = {}
         disk._log = _LogState()
+        disk._decode = decode_message
         snap_meta: snap.SnapshotMeta | None = None
         snap_state: list[tuple[str, Message]] | None = None
         if fs.exists(self._snap_path):

@@ -143,7 +143,7 @@ def test_health_fields(svc: MemoryService) -> None:
         "snapshot_valid",
         "last_error",
     }
-    assert h["status"] == "OK" and h["last_error"] == "" and h["format_version"] == 2
+    assert h["status"] == "OK" and h["last_error"] == "" and h["format_version"] == 3
     assert h["active_messages"] == 2 and h["session_count"] == 2 and h["last_sequence"] == seq0 + 2
     assert h["log_size"] > 0 and h["update_records"] == 0 and h["deleted_messages"] == 0
     assert set(h["io"]) == {

@@ -14,6 +14,7 @@ from storage_helpers import RICH_METADATA, make_message
 from convmem_engine.domain import DEFAULT_METADATA, Message, Metadata, Relation
 from convmem_engine.storage import FileSystem
 from convmem_engine.storage import snapshot as snap
+from convmem_engine.storage.codec import decode_message, encode_message, message_row
 from convmem_engine.storage.record import (
     DEL,
     FORMAT_VERSION,
@@ -25,9 +26,7 @@ from convmem_engine.storage.record import (
     PUT,
     UPDATE,
     decode_generation,
-    decode_message,
     encode_generation,
-    encode_message,
     encode_record,
     header_problem,
 )
@@ -37,7 +36,7 @@ def test_header_layout_is_28_little_endian_bytes() -> None:
     rec = encode_record(PUT, 0x0102030405060708, b"abc")
     assert HEADER_SIZE == 28 and len(rec) == 31
     assert rec[0:4] == MAGIC == b"CMLR"
-    assert rec[4] == FORMAT_VERSION == 2
+    assert rec[4] == FORMAT_VERSION == 3
     assert rec[5] == PUT
     assert rec[6:8] == b"\0\0"
     assert rec[8:12] == (3).to_bytes(4, "little")
@@ -65,14 +64,27 @@ def test_message_round_trip_rich_metadata() -> None:
     assert back.metadata == RICH_METADATA
 
 
-def test_payload_is_compact_utf8_json_of_to_json() -> None:
+def test_payload_is_the_storage_codecs_compact_row_not_the_tool_json() -> None:
     import json
 
     m = make_message("日本語")
     payload = encode_message(m)
     assert b" " not in payload.replace("日本語".encode(), b"")
-    assert json.loads(payload.decode("utf-8")) == m.to_json()
+    row = json.loads(payload.decode("utf-8"))
+    assert row == [m.message_id, m.session_id, m.timestamp, m.role, "日本語", 1, m.updated_at, 0]
+    assert row == message_row(m)
     assert "日本語".encode() in payload
+    rich = make_message("x", metadata=RICH_METADATA)
+    assert json.loads(encode_message(rich))[7] == [
+        "call-1",
+        ["a", "ユニコード"],
+        "long",
+        "semantic",
+        90,
+        "sum",
+        [["depends_on", "01J" + "0" * 23]],
+        ["01J" + "1" * 23],
+    ]
 
 
 def test_generation_round_trip() -> None:
@@ -84,14 +96,15 @@ def test_generation_round_trip() -> None:
 @pytest.mark.parametrize(
     ("version", "rtype", "flags", "length", "expect"),
     [
-        (2, PUT, 0, 10, ""),
+        (3, PUT, 0, 10, ""),
         (1, PUT, 0, 10, "unknown format version"),
-        (3, PUT, 0, 10, "unknown format version"),
-        (2, 9, 0, 10, "unknown record type"),
-        (2, 0, 0, 10, "unknown record type"),
-        (2, PUT, 1, 10, "reserved flags"),
-        (2, PUT, 0, MAX_PAYLOAD + 1, "impossible payload length"),
-        (2, DEL, 0, 0, "impossible payload length"),
+        (2, PUT, 0, 10, "format version 2 record in a format 3 log"),
+        (4, PUT, 0, 10, "unknown format version"),
+        (3, 9, 0, 10, "unknown record type"),
+        (3, 0, 0, 10, "unknown record type"),
+        (3, PUT, 1, 10, "reserved flags"),
+        (3, PUT, 0, MAX_PAYLOAD + 1, "impossible payload length"),
+        (3, DEL, 0, 0, "impossible payload length"),
     ],
 )
 def test_header_problems(version: int, rtype: int, flags: int, length: int, expect: str) -> None:
@@ -123,7 +136,7 @@ def test_message_round_trip_property(
     assert decode_message(encode_message(m)) == m
     rec = encode_record(UPDATE, revision, encode_message(m))
     magic, ver, rtype, flags, length, seq, pcrc, hcrc = HEADER.unpack_from(rec)
-    assert (magic, ver, rtype, flags, length, seq) == (MAGIC, 2, UPDATE, 0, len(rec) - 28, revision)
+    assert (magic, ver, rtype, flags, length, seq) == (MAGIC, 3, UPDATE, 0, len(rec) - 28, revision)
     assert pcrc == zlib.crc32(rec[28:]) and hcrc == zlib.crc32(rec[:24])
 
 

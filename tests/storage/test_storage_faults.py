@@ -218,7 +218,7 @@ def test_fault_while_opening_a_store_with_a_torn_tail(
         for mode in ("error", "crash"):
             d = fresh(template, tmp_path / f"{k}-{mode}")
             with open(d / "active.log", "ab") as f:
-                f.write(b"CMLR\x02\x01")  # a torn header
+                f.write(b"CMLR\x03\x01")  # a torn header
             fs = FaultFS(fail_at=k, mode=mode)
             try:
                 s = Store.open(d, fs=fs)

@@ -14,6 +14,7 @@ from storage_helpers import FaultFS, make_message, resign_snapshot, snapshot_bod
 
 from convmem_engine.domain import CorruptStoreError, Message, Metadata
 from convmem_engine.storage import Store
+from convmem_engine.storage.codec import encode_message
 from convmem_engine.storage.record import (
     DEL,
     GENERATION,
@@ -22,7 +23,6 @@ from convmem_engine.storage.record import (
     PUT,
     UPDATE,
     encode_generation,
-    encode_message,
     encode_record,
 )
 
@@ -32,7 +32,7 @@ def raw_record(
     seq: int,
     payload: bytes,
     *,
-    version: int = 2,
+    version: int = 3,
     flags: int = 0,
     length: int | None = None,
     pcrc: int | None = None,
@@ -172,8 +172,8 @@ def _append(path: Path, data: bytes) -> None:
     ("case", "why"),
     [
         ("bad-crc", "payload CRC mismatch"),
-        ("version-1", "unknown format version 1"),
-        ("version-3", "unknown format version 3"),
+        ("version-2", "format version 2 record in a format 3 log"),
+        ("version-4", "unknown format version 4"),
         ("type", "unknown record type"),
         ("flags", "reserved flags"),
         ("length", "impossible payload length"),
@@ -198,8 +198,8 @@ def test_corruption_classes(tmp_path: Path, case: str, why: str, last: bool) -> 
     payload = encode_message(new)
     rec = {
         "bad-crc": raw_record(PUT, seq, payload, pcrc=zlib.crc32(payload) ^ 1),
-        "version-1": raw_record(PUT, seq, payload, version=1),
-        "version-3": raw_record(PUT, seq, payload, version=3),
+        "version-2": raw_record(PUT, seq, payload, version=2),
+        "version-4": raw_record(PUT, seq, payload, version=4),
         "type": raw_record(77, seq, payload),
         "flags": raw_record(PUT, seq, payload, flags=4),
         "length": raw_record(PUT, seq, payload, length=MAX_PAYLOAD + 1),
@@ -252,7 +252,7 @@ def test_zeros_followed_by_data_are_corrupt(tmp_path: Path) -> None:
 
 def test_garbage_snapshot_is_ignored_for_a_full_replay(tmp_path: Path) -> None:
     msgs, _ = build(tmp_path, 4)
-    for garbage in (b"", b"junk", b"CMSNAP2\n" + os.urandom(300)):
+    for garbage in (b"", b"junk", b"CMSNAP3\n" + os.urandom(300)):
         (tmp_path / "snapshot.bin").write_bytes(garbage)
         s = Store.open(tmp_path)
         assert s.stats().snapshot_valid is False
@@ -469,7 +469,7 @@ def test_open_creates_missing_directories(tmp_path: Path) -> None:
     with Store.open(d) as s:
         assert s.messages == {}
         st = s.stats()
-        assert st.format_version == 2 and st.last_sequence == 1 and st.dead_bytes == 0
+        assert st.format_version == 3 and st.last_sequence == 1 and st.dead_bytes == 0
     assert (d / "active.log").exists()
 
 
@@ -505,11 +505,11 @@ def _edited(m: Message) -> Message:
 def test_message_payload_fields_survive(tmp_path: Path) -> None:
     build(tmp_path, 1)
     log = log_bytes(tmp_path)
-    # the payload of the PUT is the compact JSON of to_json()
+    # the payload of the PUT is the storage codec's row: content at position 4
     (length,) = struct.unpack_from("<I", log, 8)
     put = log[HEADER_SIZE + length :]
     (plen,) = struct.unpack_from("<I", put, 8)
-    assert json.loads(put[HEADER_SIZE : HEADER_SIZE + plen])["content"] == "message number 0"
+    assert json.loads(put[HEADER_SIZE : HEADER_SIZE + plen])[4] == "message number 0"
 
 
 def test_flipping_any_byte_of_the_last_complete_record_is_corrupt_store(tmp_path: Path) -> None:
