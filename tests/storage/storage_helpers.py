@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import threading
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -65,6 +66,7 @@ STEPS = (
     "replace",
     "unlink",
     "fsync_dir",
+    "mkdir",
 )
 
 
@@ -84,6 +86,7 @@ class FaultFS(FileSystem):
         self.mode = mode
         self.only = only  # count only this operation when set
         self.steps: list[str] = []
+        self._step_lock = threading.Lock()
         self.crashed = False
         self.fired = False
         self._enospc_next = False
@@ -96,8 +99,10 @@ class FaultFS(FileSystem):
             raise Crash(op)
         if self.only is not None and op != self.only:
             return None
-        self.steps.append(op)
-        if self.fail_at is not None and len(self.steps) == self.fail_at:
+        with self._step_lock:  # concurrent writers: exactly one call is step N
+            self.steps.append(op)
+            n = len(self.steps)
+        if self.fail_at is not None and n == self.fail_at:
             self.fired = True
             if self.mode == "crash":
                 self.crash()
@@ -173,6 +178,9 @@ class FaultFS(FileSystem):
     def fsync_dir(self, path: str) -> None:
         self._guard("fsync_dir", lambda: super(FaultFS, self).fsync_dir(path))
 
+    def mkdir(self, path: str) -> None:
+        self._guard("mkdir", lambda: super(FaultFS, self).mkdir(path))
+
     def open_lock_file(self, path: str) -> IO[Any]:
         if self.crashed:
             raise Crash("open_lock_file")
@@ -212,3 +220,214 @@ def snapshot_body(data: bytes) -> bytes:
 
     meta_len, _crc, _end = snap.TRAILER.unpack(data[-snap.TRAILER.size :])
     return data[len(snap.MAGIC) : -snap.TRAILER.size - meta_len]
+
+
+# -- power loss -------------------------------------------------------------------------------
+
+UNTRACKED = ("lock", "lock.pid")  # the lock files hold no data: not modelled
+TAILS = ("none", "partial", "zeros")
+
+
+class _Inode:
+    """One file's contents as a power loss would leave them."""
+
+    __slots__ = ("durable", "final", "path")
+
+    def __init__(self, path: str | None, durable: bytes = b"") -> None:
+        self.path = path  # its current name (None once it has none)
+        self.durable = durable  # the contents an fsync covered (read just before the fsync)
+        self.final = b""  # the contents when it lost its last name
+
+    def current(self) -> bytes:
+        if self.path is None:
+            return self.final
+        try:
+            with open(self.path, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return self.final
+
+
+class PowerLossFS(FaultFS):
+    """FaultFS plus a model of what survives a power cut (the seam sees every step).
+
+    - A file keeps only what its last fsync covered (the contents are read just before the
+      fsync: what the real fsync covers at least). `tail` adds what a real disk may also keep
+      of the unsynced rest: "partial" a prefix of it, "zeros" the whole size with the data
+      only up to a 4 KiB block boundary and zeros after it (XFS, ext4 data=writeback).
+    - A directory keeps the names (creates, renames, unlinks) as of its last fsync_dir; a
+      directory created since its parent's last fsync_dir vanishes with all it holds.
+
+    The cut: mode "crash" at step `fail_at` raises Crash (the step does not happen) and every
+    later call raises Crash too; then `power_cut()` closes what the dead process had open and
+    rewrites the data dir to the modelled state. Start from a quiet data dir (its files are
+    taken as durable). Not modelled: a disk that lies about flushes, reordering inside a file
+    other than "zeros", the lock files (no data).
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        fail_at: int | None = None,
+        *,
+        tail: str = "none",
+        seed: int = 0,
+    ) -> None:
+        super().__init__(fail_at, "crash")
+        import random
+
+        assert tail in TAILS
+        self.tail = tail
+        self.rng = random.Random(seed)
+        self.root = os.path.abspath(root)
+        self._mlock = threading.RLock()
+        self._names: dict[str, dict[str, _Inode]] = {}
+        self._durable: dict[str, dict[str, _Inode]] = {}
+        self._fd_inode: dict[int, _Inode] = {}
+        self._new_dirs: set[str] = set()  # created, not yet durable in their parent
+        if os.path.isdir(self.root):
+            names = {}
+            for name in os.listdir(self.root):
+                if name not in UNTRACKED:
+                    p = os.path.join(self.root, name)
+                    with open(p, "rb") as f:
+                        names[name] = _Inode(p, f.read())
+            self._names[self.root] = names
+            self._durable[self.root] = dict(names)
+
+    def crash(self) -> None:
+        self.crashed = True  # descriptors are closed by power_cut, after the threads stopped
+
+    def _dir_names(self, path: str) -> tuple[dict[str, _Inode], str]:
+        d, name = os.path.split(os.path.abspath(path))
+        if d not in self._names:
+            self._names[d] = {}
+            self._durable[d] = {}
+        return self._names[d], name
+
+    # -- the steps ------------------------------------------------------------------------
+
+    def mkdir(self, path: str) -> None:
+        self._guard("mkdir", lambda: FileSystem.mkdir(self, path))
+        with self._mlock:
+            p = os.path.abspath(path)
+            self._new_dirs.add(p)
+            self._names.setdefault(p, {})
+            self._durable.setdefault(p, {})
+
+    def open_new(self, path: str) -> int:
+        with self._mlock:
+            names, name = self._dir_names(path)
+            old = names.get(name)
+            old_data = old.current() if old is not None else b""
+            fd = super().open_new(path)  # FileSystem.open_new unlinks what has the name
+            if old is not None:
+                names.pop(name)
+                old.final, old.path = old_data, None
+            ino = _Inode(os.path.abspath(path))
+            names[name] = ino
+            self._fd_inode[fd] = ino
+            return fd
+
+    def open_append(self, path: str) -> int:
+        with self._mlock:
+            fd = super().open_append(path)
+            names, name = self._dir_names(path)
+            ino = names.get(name)
+            if ino is None:
+                ino = names[name] = _Inode(os.path.abspath(path))
+            self._fd_inode[fd] = ino
+            return fd
+
+    def fsync(self, fd: int) -> None:
+        with self._mlock:
+            ino = self._fd_inode.get(fd)
+            data = ino.current() if ino is not None else b""
+        super().fsync(fd)  # outside the model lock: group commit overlaps writes with it
+        if ino is not None:
+            with self._mlock:
+                if len(data) >= len(ino.durable) or not ino.durable.startswith(data):
+                    ino.durable = data
+
+    def close(self, fd: int) -> None:
+        with self._mlock:
+            self._fd_inode.pop(fd, None)
+        super().close(fd)
+
+    def replace(self, src: str, dst: str) -> None:
+        with self._mlock:
+            names, dname = self._dir_names(dst)
+            snames, sname = self._dir_names(src)
+            old = names.get(dname)
+            old_data = old.current() if old is not None else b""
+            super().replace(src, dst)
+            if old is not None:
+                names.pop(dname)
+                old.final, old.path = old_data, None
+            ino = snames.pop(sname, None) or _Inode(None)
+            ino.path = os.path.abspath(dst)
+            names[dname] = ino
+
+    def unlink(self, path: str) -> None:
+        with self._mlock:
+            names, name = self._dir_names(path)
+            ino = names.get(name)
+            data = ino.current() if ino is not None else b""
+            super().unlink(path)
+            if ino is not None:
+                names.pop(name)
+                ino.final, ino.path = data, None
+
+    def fsync_dir(self, path: str) -> None:
+        super().fsync_dir(path)
+        with self._mlock:
+            p = os.path.abspath(path)
+            if p in self._names:
+                self._durable[p] = dict(self._names[p])
+            for d in list(self._new_dirs):
+                if os.path.dirname(d) == p:
+                    self._new_dirs.discard(d)
+
+    # -- the cut --------------------------------------------------------------------------
+
+    def _image(self, ino: _Inode) -> bytes:
+        durable, cur = ino.durable, ino.current()
+        if self.tail == "none" or len(cur) <= len(durable) or not cur.startswith(durable):
+            return durable
+        if self.tail == "partial":
+            return cur[: self.rng.randint(len(durable), len(cur))]
+        # "zeros": the size reached the disk, the data only up to a block boundary
+        blocks = [b for b in range(0, len(cur) + 1, 4096) if b >= len(durable)] + [len(durable)]
+        keep = self.rng.choice(blocks)
+        return cur[:keep] + b"\0" * (len(cur) - keep)
+
+    def _vanished(self, d: str) -> bool:
+        return any(d == n or d.startswith(n + os.sep) for n in self._new_dirs)
+
+    def power_cut(self) -> None:
+        """The machine loses power now: close what the process had open, then leave on disk
+        only what the model says survives."""
+        import shutil
+
+        self.crashed = True
+        FaultFS.crash(self)
+        with self._mlock:
+            images = {
+                d: {name: self._image(ino) for name, ino in self._durable[d].items()}
+                for d in self._names
+                if not self._vanished(d)
+            }
+            for d in sorted(self._new_dirs, key=len):
+                shutil.rmtree(d, ignore_errors=True)
+            for d, files in images.items():
+                if not os.path.isdir(d):
+                    continue
+                for name in os.listdir(d):
+                    if name not in UNTRACKED and os.path.isfile(os.path.join(d, name)):
+                        os.unlink(os.path.join(d, name))
+                for name, data in files.items():
+                    fd = os.open(os.path.join(d, name), os.O_WRONLY | os.O_CREAT, 0o600)
+                    try:
+                        os.write(fd, data)
+                    finally:
+                        os.close(fd)
