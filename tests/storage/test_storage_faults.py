@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from reliability_log import Tally
 from storage_helpers import STEPS, Crash, FaultFS, dir_bytes, make_message
 
 from convmem_engine.domain import Message, StoreIOError
@@ -118,11 +119,25 @@ def test_fault_at_every_step_of_a_write(
     op, new_state = write_ops(old)[op_name]
     steps = count_steps(fresh(template, tmp_path / "count"), op)
     assert steps == ["write", "fsync"]
+    with Tally("I/O error, short write or crash at every step of a write") as tally:
+        _write_sweep(template, tmp_path, op, old, new_state, steps, tally)
+
+
+def _write_sweep(
+    template: tuple[Path, list[Message]],
+    tmp_path: Path,
+    op: Callable[[Store], object],
+    old: list[Message],
+    new_state: list[Message],
+    steps: list[str],
+    tally: Tally,
+) -> None:
     for k in range(1, len(steps) + 1):
         for mode in MODES:
             d = fresh(template, tmp_path / f"{k}-{mode}")
             outcome, s, fs = run_with_fault(d, k, mode, op)
             assert fs.fired
+            tally.cases += 1
             if mode == "crash":
                 assert outcome == "crash"
             else:
@@ -145,6 +160,7 @@ def test_fault_at_every_step_of_a_write(
                     s.put(make_message("refused"))
                 s.close()
             got = reopen_and_check(d)
+            tally.lost += got not in (old, new_state)
             assert got in (old, new_state), (k, mode)
 
 
@@ -180,12 +196,14 @@ def test_fault_at_every_step_of_a_compaction(
     steps = count_steps(fresh(template, tmp_path / "count"), lambda s: s.compact())
     assert "replace" in steps and "fsync_dir" in steps
     outcomes = set()
+    tally = Tally("I/O error, short write or crash at every step of a compaction")
     for k in range(1, len(steps) + 1):
         for mode in MODES:
             d = fresh(template, tmp_path / f"{k}-{mode}")
             outcome, s, fs = run_with_fault(d, k, mode, lambda s: s.compact())
             assert fs.fired
             outcomes.add(outcome)
+            tally.cases += 1
             if mode == "crash":
                 assert outcome == "crash"
             else:
@@ -195,6 +213,8 @@ def test_fault_at_every_step_of_a_compaction(
                 assert s.check() == [], (k, mode, steps[k - 1])
                 s.close()
             assert reopen_and_check(d) == state, (k, mode, steps[k - 1])
+    with tally:
+        pass  # recorded once every case passed
     assert {"io_error", "crash"} <= outcomes
 
 
@@ -202,12 +222,14 @@ def test_fault_at_every_step_of_close(template: tuple[Path, list[Message]], tmp_
     state = template[1]
     steps = count_steps(fresh(template, tmp_path / "count"), lambda s: s.close())
     assert "replace" in steps
-    for k in range(1, len(steps) + 1):
-        for mode in MODES:
-            d = fresh(template, tmp_path / f"{k}-{mode}")
-            outcome, _s, _ = run_with_fault(d, k, mode, lambda s: s.close())
-            assert outcome in ("ok", "crash", "io_error")
-            assert reopen_and_check(d) == state
+    with Tally("I/O error, short write or crash at every step of a close (snapshot)") as tally:
+        for k in range(1, len(steps) + 1):
+            for mode in MODES:
+                d = fresh(template, tmp_path / f"{k}-{mode}")
+                outcome, _s, _ = run_with_fault(d, k, mode, lambda s: s.close())
+                assert outcome in ("ok", "crash", "io_error")
+                tally.cases += 1
+                assert reopen_and_check(d) == state
 
 
 def test_fault_while_opening_a_store_with_a_torn_tail(

@@ -108,7 +108,25 @@ def test_truncating_inside_the_last_record_recovers_the_tail(
         msgs = msgs[:-1]
     full = log_bytes(tmp_path)
     snapshot = (tmp_path / "snapshot.bin").read_bytes() if with_snapshot else None
+    with Tally("log cut at every byte of its last record (torn tail)") as tally:
+        _cut_every_byte(tmp_path, full, start, snapshot, msgs, tally)
+    # and the truncated store takes new writes after the recovered tail
+    with Store.open(tmp_path) as s:
+        assert s.stats().recovered_tail is False
+        s.put(make_message("after recovery"))
+        assert s.check() == []
+
+
+def _cut_every_byte(
+    tmp_path: Path,
+    full: bytes,
+    start: int,
+    snapshot: bytes | None,
+    msgs: list[Message],
+    tally: Tally,
+) -> None:
     for cut in range(start + 1, len(full)):
+        tally.cases += 1
         (tmp_path / "active.log").write_bytes(full[:cut])
         if snapshot is not None:
             (tmp_path / "snapshot.bin").write_bytes(snapshot)
@@ -122,11 +140,6 @@ def test_truncating_inside_the_last_record_recovers_the_tail(
             assert st.log_size == start
             assert os.path.getsize(tmp_path / "active.log") == start
             assert s.check() == []
-    # and the truncated store takes new writes after the recovered tail
-    with Store.open(tmp_path) as s:
-        assert s.stats().recovered_tail is False
-        s.put(make_message("after recovery"))
-        assert s.check() == []
 
 
 @pytest.mark.parametrize("with_snapshot", [False, True])
@@ -145,6 +158,15 @@ def test_flipping_any_byte_of_an_earlier_record_is_corrupt_store(
     assert len(bounds) == 5
     snapshot = (tmp_path / "snapshot.bin").read_bytes()
     target_start, target_end = bounds[1], bounds[2]  # the first PUT (not the last record)
+    with Tally("flipped byte in an earlier log record (corruption refused)") as tally:
+        tally.cases = target_end - target_start + bounds[1]
+        _flip_each(tmp_path, full, bounds, snapshot, with_snapshot)
+
+
+def _flip_each(
+    tmp_path: Path, full: bytes, bounds: list[int], snapshot: bytes, with_snapshot: bool
+) -> None:
+    target_start, target_end = bounds[1], bounds[2]
     for i in range(target_start, target_end):
         bad = bytearray(full)
         bad[i] ^= 0x01 if i % 2 else 0x80
