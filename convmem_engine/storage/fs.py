@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import stat
 import sys
@@ -54,7 +55,14 @@ def check_private_dir(path: str) -> None:
     if sys.platform == "win32":
         from convmem_engine.storage import win_acl
 
-        problem = win_acl.dir_problem(path)
+        try:
+            problem = win_acl.dir_problem(path)
+        except Exception as e:  # the security API failed (not: the folder is unsafe)
+            logging.getLogger(__name__).warning(
+                "data dir: cannot read the folder's owner and permissions (%s); not checked",
+                type(e).__name__,
+            )
+            return
         if problem:
             raise UnsafeDataDirError(f"data dir: {path} {problem}")
         return
