@@ -56,6 +56,17 @@ def _fail(what: str, message: str) -> int:
     return 1
 
 
+def _store_error(what: str, error: Exception) -> int:
+    from convmem_engine.domain.errors import BusyError, ConvMemError
+
+    assert isinstance(error, ConvMemError)
+    hint = ""
+    if isinstance(error, BusyError):
+        menu = "Export…" if what == "export" else "Import…"
+        hint = f"; quit the app first, or use File → {menu} in its memory browser"
+    return _fail(what, error.message + hint)
+
+
 def export_main(argv: list[str]) -> int:
     args = _export_parser().parse_args(argv)
     from convmem_engine.domain.errors import ConvMemError
@@ -70,7 +81,7 @@ def export_main(argv: list[str]) -> int:
             run = export_jsonl if args.format == "jsonl" else export_markdown
             report = run(service, args.out, session_id=args.session)
     except ConvMemError as e:
-        return _fail("export", e.message)
+        return _store_error("export", e)
     except OSError as e:
         return _fail("export", f"cannot write the output: {e.strerror or e}")
     noun = "file" if report.files == 1 else "files"
@@ -103,7 +114,7 @@ def import_main(argv: list[str]) -> int:
                     args.file, service=service, fmt=args.format, dry_run=args.dry_run
                 )
     except ConvMemError as e:
-        return _fail("import", e.message)
+        return _store_error("import", e)
     except OSError as e:
         return _fail("import", f"cannot read the file: {e.strerror or e}")
     verb = "would store" if report.dry_run else "stored"
