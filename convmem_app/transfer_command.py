@@ -62,8 +62,8 @@ def _store_error(what: str, error: Exception) -> int:
     assert isinstance(error, ConvMemError)
     hint = ""
     if isinstance(error, BusyError):
-        menu = "Export…" if what == "export" else "Import…"
-        hint = f"; quit the app first, or use File → {menu} in its memory browser"
+        menu = "Export" if what == "export" else "Import"
+        hint = f"; quit the app first, or use File > {menu} in its memory browser"
     return _fail(what, error.message + hint)
 
 

@@ -92,7 +92,7 @@ def test_errors_are_one_line_and_exit_1(tmp_path: Path) -> None:
     with MemoryService.open(held):  # the app runs on it
         busy = convmem("export", "--data-dir", held, "--format", "jsonl", tmp_path / "o.jsonl")
     assert busy.returncode == 1
-    assert busy.stderr.endswith("quit the app first, or use File → Export… in its memory browser\n")
+    assert busy.stderr.endswith("quit the app first, or use File > Export in its memory browser\n")
     usage = convmem("import", "--format", "word", bad)
     assert usage.returncode == 2
 
