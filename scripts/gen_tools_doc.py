@@ -54,7 +54,11 @@ handshake (2025-11-25 and older), chosen by the client's first request. One mess
 UTF-8, at most {max_line} bytes per line (room for 1 MiB of content and 1 MiB of metadata with
 every character escaped). Every bad line is answered and the session goes on: not UTF-8 or
 not JSON gives `-32700` (id null); JSON that is not a JSON-RPC message, a batch, or a line over
-the limit (skipped unread) gives `-32600`, with the request's id when it can be read. When the
+the limit (skipped unread) gives `-32600`, with the request's id when it can be read. A request
+whose id is not a string or an integer (`1.5`, `1e400`, `true`, `null`, an object, an array)
+gets `-32600` with that id when it is a finite number, else with id null. A lone surrogate
+escape (`"\\ud800"`, as JavaScript writes) is valid JSON: in a tool argument it is that tool's
+`VALIDATION_ERROR` ("must be valid UTF-8 text"), answered under the request's id. When the
 client closes its side, requests already read are answered before the session ends.
 
 ## Server instructions

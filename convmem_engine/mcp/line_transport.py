@@ -6,6 +6,13 @@ for that reply would hang. Here every line gets an answer or is served:
 - a line that is not UTF-8 or not JSON: JSON-RPC parse error (-32700, id null);
 - JSON that is not a JSON-RPC 2.0 message (or a batch): invalid request (-32600), with the
   request's id when one can be read;
+- a request whose id is not a string or an integer (a fraction, 1e400, true, null, an object or
+  an array): invalid request (-32600), answered with the id when it is a finite number, else
+  with id null (JSON-RPC: an id that cannot be read is answered as null);
+- valid JSON the fast parser refuses (a lone surrogate escape such as "\\ud800", which
+  JavaScript hosts produce; nesting deeper than it goes) is parsed again by the standard
+  library and served: a lone surrogate in a tool argument then gets the tool's
+  VALIDATION_ERROR ("must be valid UTF-8 text") under the request's id;
 - a line longer than `MAX_LINE_BYTES`: never buffered whole; its bytes are skipped up to the
   next newline and it gets an invalid-request error (-32600) carrying the request's id when the
   id appears before "params" in the first bytes (every SDK client writes it there), else null.
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -35,6 +43,7 @@ import anyio
 import anyio.abc
 import mcp_types as types
 import pydantic
+import pydantic_core
 from mcp.server import Server
 from mcp.shared.message import SessionMessage
 
@@ -73,10 +82,10 @@ class ByteReader(Protocol):
 _ID_IN_HEAD = re.compile(rb'"id"\s*:\s*("(?:[^"\\]|\\.){0,256}"|-?\d{1,19})\s*[,}]')
 
 
-def error_line(request_id: str | int | None, code: int, message: str) -> bytes:
-    """A complete JSON-RPC error response line."""
+def error_line(request_id: str | int | float | None, code: int, message: str) -> bytes:
+    """A complete JSON-RPC error response line (ASCII: a lone surrogate in an id is escaped)."""
     body = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
-    return json.dumps(body, separators=(",", ":")).encode() + b"\n"
+    return json.dumps(body, separators=(",", ":"), allow_nan=False).encode() + b"\n"
 
 
 def _request_id(value: object) -> str | int | None:
@@ -85,6 +94,38 @@ def _request_id(value: object) -> str | int | None:
     if isinstance(value, str | int):
         return value
     return None
+
+
+def _echo_id(value: object) -> str | int | float | None:
+    """The id to answer an invalid request with: any string or finite number, else null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    return _request_id(value)
+
+
+class _NotJson(ValueError):
+    pass
+
+
+def _refuse_constant(name: str) -> object:
+    raise _NotJson(name)  # NaN and Infinity are Python's extensions, not JSON
+
+
+_NOT_JSON: Final = "not JSON"
+_TOO_DEEP: Final = "too deep"
+
+
+def _loads(text: str) -> tuple[str | None, object]:
+    """(None, value) for valid JSON (lone surrogates allowed), else (the reason, None)."""
+    try:
+        return None, json.loads(text, parse_constant=_refuse_constant)
+    except ValueError:
+        return _NOT_JSON, None
+    except RecursionError:
+        return _TOO_DEEP, None
+
+
+INVALID_ID: Final = "Invalid Request: id must be a string or an integer"
 
 
 def _id_from_head(head: bytes) -> str | int | None:
@@ -97,6 +138,20 @@ def _id_from_head(head: bytes) -> str | int | None:
         return _request_id(json.loads(match.group(1)))
     except ValueError:
         return None
+
+
+def _encode(message: types.JSONRPCMessage) -> bytes:
+    """One output line. Never the input echoed back: the SDK's "Method not found" carries the
+    method name as `data`, which is dropped. A lone surrogate (only in a string id the client
+    sent) is written as the escape it came in as."""
+    if isinstance(message, types.JSONRPCError) and message.error.code == types.METHOD_NOT_FOUND:
+        error = types.ErrorData(code=message.error.code, message=message.error.message)
+        message = types.JSONRPCError(jsonrpc="2.0", id=message.id, error=error)
+    try:
+        return message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
+    except pydantic_core.PydanticSerializationError:
+        body = message.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        return json.dumps(body, separators=(",", ":")).encode() + b"\n"
 
 
 class _LineSession:
@@ -158,8 +213,7 @@ class _LineSession:
             async with self.from_server:
                 async for item in self.from_server:
                     message = item.message
-                    data = message.model_dump_json(by_alias=True, exclude_unset=True).encode()
-                    await self.write(data + b"\n")
+                    await self.write(_encode(message))
                     if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
                         self._settle(message.id)
         finally:
@@ -178,10 +232,8 @@ class _LineSession:
         except UnicodeDecodeError:
             await self.write(error_line(None, PARSE_ERROR, "Parse error: line is not valid UTF-8"))
             return
-        try:
-            message = types.jsonrpc_message_adapter.validate_json(text, by_name=False)
-        except pydantic.ValidationError as exc:
-            await self.reject(text, exc)
+        message = await self.parse(text)
+        if message is None:
             return
         if isinstance(message, types.JSONRPCRequest):
             await self.wait_for_room()
@@ -205,15 +257,42 @@ class _LineSession:
             self.progress = anyio.Event()
             await self.progress.wait()
 
-    async def reject(self, text: str, exc: pydantic.ValidationError) -> None:
-        if any(error["type"] == "json_invalid" for error in exc.errors()):
-            await self.write(error_line(None, PARSE_ERROR, "Parse error: line is not valid JSON"))
-            return
+    async def parse(self, text: str) -> types.JSONRPCMessage | None:
+        """The message on a line, or None when the line has been answered with an error."""
         try:
-            value = json.loads(text)
-        except ValueError:
+            message = types.jsonrpc_message_adapter.validate_json(text, by_name=False)
+        except pydantic.ValidationError:
+            message = None
+        if message is not None and not isinstance(message, types.JSONRPCNotification):
+            return message
+        # Rare paths: what the fast parser refused, and notifications (which must not carry
+        # an id: a request with an unusable id would otherwise pass as one, unanswered).
+        problem, value = _loads(text)
+        if problem == _TOO_DEEP:
+            head = text[:HEAD_BYTES].encode("utf-8", "surrogatepass")
+            too_deep = "Invalid Request: values are nested too deeply"
+            await self.write(error_line(_id_from_head(head), INVALID_REQUEST, too_deep))
+            return None
+        if problem is not None:
             await self.write(error_line(None, PARSE_ERROR, "Parse error: line is not valid JSON"))
-            return
+            return None
+        # a request is a message with a method and an id member (absent: a notification)
+        if (
+            isinstance(value, dict)
+            and "method" in value
+            and _request_id(value.get("id", "")) is None
+        ):
+            await self.write(error_line(_echo_id(value["id"]), INVALID_REQUEST, INVALID_ID))
+            return None
+        if message is None:
+            try:
+                message = types.jsonrpc_message_adapter.validate_python(value, by_name=False)
+            except (pydantic.ValidationError, RecursionError):
+                await self.reject(value)
+                return None
+        return message
+
+    async def reject(self, value: object) -> None:
         if isinstance(value, list):
             message = "Invalid Request: batches are not supported; send one message per line"
             await self.write(error_line(None, INVALID_REQUEST, message))

@@ -127,7 +127,7 @@ def check_schema(validator: Any, arguments: Mapping[str, Any]) -> None:
         if text not in problems:
             problems.append(text)
     if not problems:
-        problems = [f"{name}: must be valid Unicode text" for name in _unencodable(arguments)]
+        problems = [f"{name}: must be valid UTF-8 text" for name in _unencodable(arguments)]
     if problems:
         shown = problems[:MAX_REPORTED_ERRORS]
         more = len(problems) - len(shown)

@@ -196,6 +196,7 @@ def test_hostile_lines_each_get_an_error_and_the_session_goes_on(service: Memory
             b'{"jsonrpc":"2.0","id":"\\ud800","method":"ping"}\n',
             b'{"hello":"world","id":9}\n',
             b'[{"jsonrpc":"2.0","id":10,"method":"ping"}]\n',
+            b'{"jsonrpc":"2.0","id":11,"method":"SECRET/method"}\n',
             b"\n   \n",
             huge_line,
             _write(2, "second"),
@@ -207,10 +208,12 @@ def test_hostile_lines_each_get_an_error_and_the_session_goes_on(service: Memory
     anonymous = [a["error"] for a in answers if a["id"] is None]
     assert by_id["init"]["result"]["serverInfo"]["name"] == "convmem"
     assert "result" in by_id[1] and "result" in by_id[2] and by_id[3]["result"] == {}
+    assert by_id["\ud800"]["result"] == {}  # valid JSON (JavaScript writes it): served
     assert by_id[9]["error"]["code"] == -32600
+    assert by_id[11]["error"] == {"code": -32601, "message": "Method not found"}  # no echo
     assert by_id[77]["error"]["code"] == -32600
     assert str(MAX_LINE_BYTES) in by_id[77]["error"]["message"]
-    assert sorted(e["code"] for e in anonymous) == [-32700, -32700, -32700, -32600]
+    assert sorted(e["code"] for e in anonymous) == [-32700, -32700, -32600]
     assert any("UTF-8" in e["message"] for e in anonymous)
     assert any("batch" in e["message"] for e in anonymous)
     contents = [m["content"] for m in service.read_messages(session_id="raw")["history"]]

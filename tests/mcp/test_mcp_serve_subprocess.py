@@ -412,6 +412,84 @@ def test_hostile_lines_over_real_stdio(tmp_path: Path) -> None:
         assert svc.check() == []
 
 
+def _serve_raw(data_dir: Path, stream: bytes) -> list[dict[str, Any]]:
+    """Feed raw lines to a real `convmem serve`; its answers (stdout holds nothing else)."""
+    proc = subprocess.run(
+        [sys.executable, *serve_args(data_dir)],
+        input=stream,
+        capture_output=True,
+        env=child_env(),
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def test_lone_surrogate_in_an_argument_is_a_validation_error_under_the_request_id(
+    tmp_path: Path,
+) -> None:
+    """Issue 15 defect 4: "\\ud800" is valid JSON (JavaScript hosts write it); it was answered
+    -32700 with id null, so the host could not match the answer and hung."""
+    write = (
+        b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"write_message",'
+        b'"arguments":{"session_id":"w","role":"user","content":"%s"}}}\n'
+    )
+    read = (
+        b'{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"read_messages",'
+        b'"arguments":{"session_id":"w\\udc00"}}}\n'
+    )
+    stream = INIT + write % (1, b"SECRET \\ud800 text") + read + write % (2, b"fine")
+    answers = _serve_raw(tmp_path / "data", stream)
+    assert sorted(a["id"] for a in answers) == [0, 1, 2, 3]
+    by_id = {a["id"]: a for a in answers}
+    for request_id, field in ((1, "content"), (3, "session_id")):
+        result = by_id[request_id]["result"]
+        assert result["isError"] is True
+        error = json.loads(result["content"][0]["text"])["error"]
+        assert error == {
+            "code": "VALIDATION_ERROR",
+            "message": f"{field}: must be valid UTF-8 text",
+        }
+    assert by_id[2]["result"]["isError"] is False
+    with MemoryService.open(tmp_path / "data") as svc:
+        assert [m["content"] for m in svc.read_messages(session_id="w")["history"]] == ["fine"]
+        assert svc.check() == []
+
+
+def test_every_request_gets_an_answer_whatever_its_id(tmp_path: Path) -> None:
+    """Issue 15 defect 6: ids that are not a string or an integer were taken for notifications
+    and never answered. JSON-RPC: a number id is answered with that id, an unusable one with
+    null; string and integer ids (however large) are served."""
+    odd_ids = {
+        b"1.5": 1.5,
+        b"2.0": 2.0,
+        b"-0.25e1": -2.5,
+        b"1e400": None,
+        b"true": None,
+        b"false": None,
+        b"null": None,
+        b"{}": None,
+        b'{"id":1}': None,
+        b"[]": None,
+        b"[7]": None,
+    }
+    lines = [b'{"jsonrpc":"2.0","id":%s,"method":"ping"}\n' % raw for raw in odd_ids]
+    lines.append(b'{"jsonrpc":"2.0","method":"tools/list","id":[1]}\n')  # id after method
+    big = 2**80
+    served = [b'{"jsonrpc":"2.0","id":%d,"method":"ping"}\n' % big]
+    served.append(b'{"jsonrpc":"2.0","id":"\\u00e9t\\u00e9","method":"ping"}\n')
+    answers = _serve_raw(tmp_path / "data", INIT + b"".join(lines) + b"".join(served))
+    assert len(answers) == 1 + len(lines) + len(served)  # one answer for every line
+    errors = [a for a in answers if "error" in a]
+    assert all(a["error"]["code"] == -32600 for a in errors)
+    assert all("id must be a string or an integer" in a["error"]["message"] for a in errors)
+    assert sorted(map(repr, (a["id"] for a in errors))) == sorted(
+        map(repr, [*odd_ids.values(), None])
+    )
+    results = {json.dumps(a["id"]): a["result"] for a in answers if "result" in a}
+    assert results[str(big)] == {} and results['"\\u00e9t\\u00e9"'] == {}
+
+
 def test_default_data_dir_comes_from_environment(tmp_path: Path) -> None:
     env = child_env()
     env["CONVMEM_DATA_DIR"] = str(tmp_path / "from-env")

@@ -221,7 +221,7 @@ def test_validation_messages_name_field_and_rule_never_the_value() -> None:
         (
             "write_message",
             {"session_id": "s", "role": "user", "content": "bad \ud800"},
-            "content: must be valid Unicode text",
+            "content: must be valid UTF-8 text",
         ),
     ]
     for tool, arguments, expected in cases:
