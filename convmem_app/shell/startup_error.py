@@ -10,6 +10,7 @@ from PySide6.QtGui import QCloseEvent, QDesktopServices
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from convmem_app.shell.pipe_bridge import ListenError
+from convmem_app.shim.paths import SocketDirError
 from convmem_engine.domain.errors import (
     BusyError,
     ConvMemError,
@@ -80,6 +81,16 @@ def describe(error: BaseException, data_dir: Path) -> StartupProblem:
             f"The local pipe for hosts could not be opened: {detail}.",
             "On Linux and macOS the socket path may be too long (about 100 characters at "
             "most): set XDG_RUNTIME_DIR to a short private folder. Then click Retry.",
+        )
+    if isinstance(error, SocketDirError):
+        return StartupProblem(
+            "PIPE",
+            "Hosts cannot reach ConvMem",
+            f"The local pipe for hosts could not be opened: the socket directory {error.path} "
+            f"{error.reason}.",
+            f"The folder {error.path} must be a directory of yours that only you can use (it "
+            "holds the socket hosts connect to). Remove it, or set XDG_RUNTIME_DIR to a private "
+            "folder of yours, then click Retry.",
         )
     if isinstance(error, OSError):
         return StartupProblem(

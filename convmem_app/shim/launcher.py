@@ -509,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             name = endpoint(data_dir)
         except OSError as exc:
-            raise ShimError(f"socket directory: {exc}") from exc
+            raise ShimError(str(exc)) from exc  # SocketDirError: which folder, why, the fix
         conn = connect_or_start(name, data_dir, start_timeout)
         return pump(conn, drain_timeout)
     except ShimError as exc:

@@ -53,16 +53,35 @@ def _digest(data_dir: Path) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
 
 
+class SocketDirError(PermissionError):
+    """The private socket directory cannot be used; the message says which one, why and what
+    to do (the shim prints it, the app shows it)."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(
+            f"socket directory {path} {reason}: remove it, or set XDG_RUNTIME_DIR to a private "
+            "folder of yours"
+        )
+        self.path = path
+        self.reason = reason
+
+
 def runtime_dir() -> Path:
-    """A private directory for sockets: 0700 and owned by the current user, or an error."""
+    """A private directory for sockets: 0700 and owned by the current user, or SocketDirError."""
     xdg = os.environ.get("XDG_RUNTIME_DIR")
     base = Path(xdg) / "convmem" if xdg else Path(tempfile.gettempdir()) / f"convmem-{os.getuid()}"
-    base.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = base.lstat()
+    try:
+        base.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = base.lstat()
+    except OSError as exc:
+        raise SocketDirError(base, f"cannot be created ({exc.strerror or exc})") from exc
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-        raise PermissionError(f"socket directory {base} is not a directory owned by this user")
+        raise SocketDirError(base, "is not a directory owned by this user")
     if stat.S_IMODE(info.st_mode) != 0o700:
-        os.chmod(base, 0o700)
+        try:
+            os.chmod(base, 0o700)
+        except OSError as exc:
+            raise SocketDirError(base, f"cannot be made private ({exc.strerror or exc})") from exc
     return base
 
 

@@ -5,6 +5,7 @@ instance."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -251,6 +252,37 @@ def test_a_pipe_that_cannot_listen_is_reported(
     assert app.error_window is not None
     assert "XDG_RUNTIME_DIR" in app.error_window.next_label.text()
     MemoryService.open(app.data_dir).close()  # the store was closed again: the lock is free
+
+
+@pytest.mark.parametrize("planted", ["symlink", "other owner"])
+def test_a_refused_socket_directory_is_reported_as_such_and_retry_recovers(
+    qtbot: QtBot, make_app: MakeApp, private_dirs: Path, tmp_path: Path, planted: str
+) -> None:
+    """Issue 15 defect 8: the app said "check free disk space" for a socket directory that is
+    not the user's own; it must say what the shim says, and how to fix it."""
+    socket_dir = private_dirs / "convmem"
+    if planted == "symlink":
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        socket_dir.symlink_to(tmp_path / "elsewhere")
+    else:
+        if not hasattr(os, "geteuid") or os.geteuid() != 0:
+            pytest.skip("needs root to give a directory to another user")
+        socket_dir.mkdir(mode=0o700)
+        os.chown(socket_dir, 65534, 65534)
+    app = started(qtbot, make_app(), "error")
+    assert app.last_problem_code == "PIPE"
+    window = app.error_window
+    assert window is not None
+    assert f"socket directory {socket_dir} is not a directory owned by this user" in (
+        window.detail_label.text()
+    )
+    steps = window.next_label.text()
+    assert "XDG_RUNTIME_DIR" in steps and str(socket_dir) in steps
+    assert "disk space" not in steps
+    MemoryService.open(app.data_dir).close()  # the store was closed again: the lock is free
+    socket_dir.unlink() if socket_dir.is_symlink() else socket_dir.rmdir()
+    window.retry_button.click()
+    qtbot.waitUntil(lambda: app.state == "running", timeout=30_000)
 
 
 def test_a_minimized_second_start_does_not_raise_the_window(

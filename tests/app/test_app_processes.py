@@ -254,6 +254,21 @@ def test_shim_without_app_and_without_start_fails_with_one_line(tmp_path: Path) 
     assert result.stderr.count(b"\n") == 1 and b"no ConvMem app is running" in result.stderr
 
 
+def test_shim_names_a_refused_socket_directory_and_the_fix(
+    tmp_path: Path, private_dirs: Path
+) -> None:
+    planted = private_dirs / "convmem"
+    (tmp_path / "elsewhere").mkdir()
+    planted.symlink_to(tmp_path / "elsewhere")
+    result = run_shim(tmp_path / "data", "--start-timeout", "0", stdin=lines(INITIALIZE))
+    assert result.returncode == 1
+    assert result.stdout == b""
+    assert result.stderr.decode() == (
+        f"convmem-shim: socket directory {planted} is not a directory owned by this user: "
+        "remove it, or set XDG_RUNTIME_DIR to a private folder of yours\n"
+    )
+
+
 def test_shim_usage_error_is_one_line(tmp_path: Path) -> None:
     result = run_shim(tmp_path, "--bogus")
     assert result.returncode == 2
