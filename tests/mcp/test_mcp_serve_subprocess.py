@@ -511,42 +511,49 @@ def test_repeated_sigterm_at_random_moments_never_loses_an_acknowledged_write(
 ) -> None:
     import random
 
+    from reliability_log import Tally
+
     rng = random.Random(20261130)
     data_dir = tmp_path / "data"
     acknowledged: set[str] = set()
-    for round_ in range(12):
-        proc = _spawn(data_dir)
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(INIT)
-        for i in range(1, 301):
-            proc.stdin.write(_write_call(i, f"round {round_} write {i}"))
-        proc.stdin.flush()
-        wanted = rng.randrange(0, 200)
-        seen = 0
-        while seen <= wanted:
-            answer = json.loads(proc.stdout.readline())
-            if answer["id"]:
-                acknowledged.add(
-                    json.loads(answer["result"]["content"][0]["text"])["message"]["message_id"]
-                )
-            seen += 1
-        proc.send_signal(signal.SIGTERM)
-        rest, err = _finish(proc)
-        assert proc.returncode == 0, err.decode()
-        for line in rest.splitlines():
-            answer = json.loads(line)
-            if answer.get("id") and "result" in answer:
-                text = answer["result"]["content"][0]["text"]
-                acknowledged.add(json.loads(text)["message"]["message_id"])
-        with MemoryService.open(data_dir) as svc:
-            history = svc.read_messages(session_id="w", limit=1000)
-            stored = {m["message_id"] for m in history["history"]}
-            while "nextCursor" in history:
-                cursor = history["nextCursor"]
-                history = svc.read_messages(session_id="w", limit=1000, cursor=cursor)
-                stored |= {m["message_id"] for m in history["history"]}
-            assert svc.check() == []
-        assert acknowledged <= stored
+    tally = Tally("SIGTERM of convmem serve during pipelined writes (clean stop)")
+    with tally:
+        for round_ in range(12):
+            proc = _spawn(data_dir)
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(INIT)
+            for i in range(1, 301):
+                proc.stdin.write(_write_call(i, f"round {round_} write {i}"))
+            proc.stdin.flush()
+            wanted = rng.randrange(0, 200)
+            seen = 0
+            while seen <= wanted:
+                answer = json.loads(proc.stdout.readline())
+                if answer["id"]:
+                    acknowledged.add(
+                        json.loads(answer["result"]["content"][0]["text"])["message"]["message_id"]
+                    )
+                seen += 1
+            proc.send_signal(signal.SIGTERM)
+            rest, err = _finish(proc)
+            tally.cases += 1
+            tally.crashed += proc.returncode != 0
+            assert proc.returncode == 0, err.decode()
+            for line in rest.splitlines():
+                answer = json.loads(line)
+                if answer.get("id") and "result" in answer:
+                    text = answer["result"]["content"][0]["text"]
+                    acknowledged.add(json.loads(text)["message"]["message_id"])
+            with MemoryService.open(data_dir) as svc:
+                history = svc.read_messages(session_id="w", limit=1000)
+                stored = {m["message_id"] for m in history["history"]}
+                while "nextCursor" in history:
+                    cursor = history["nextCursor"]
+                    history = svc.read_messages(session_id="w", limit=1000, cursor=cursor)
+                    stored |= {m["message_id"] for m in history["history"]}
+                tally.crashed += svc.check() != []
+            tally.lost = len(acknowledged - stored)
+            assert acknowledged <= stored
 
 
 def test_serve_never_loads_qt(tmp_path: Path) -> None:

@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""Regenerate docs/reliability.md from the slow suite's own counts.
+
+    python scripts/reliability_table.py                    # run `pytest -m slow`, write the doc
+    python scripts/reliability_table.py tests/mcp tests/storage   # only these paths
+    python scripts/reliability_table.py --from-log FILE    # write the doc from a kept log
+
+Every fault-injecting test appends one JSON line per fault class to the file named by
+CONVMEM_RELIABILITY_LOG (tests/reliability_log.py); this script runs the tests with that
+variable set, sums the lines per fault class and writes the table. A failing test still counts
+what it saw (its line says "failed"), and the doc then says the run failed. Exit status: 0 when
+pytest passed, else pytest's status (the doc is written either way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "reliability.md"
+ENV = "CONVMEM_RELIABILITY_LOG"
+COUNTS = ("lost", "crashed", "hung", "changed")
+
+NOT_MODELLED = """\
+- **Disks that lie about flushes.** Every guarantee assumes that when `fsync` (Windows:
+  `FlushFileBuffers`) returns, the data is on stable storage. A drive or virtual disk that
+  acknowledges a flush from a volatile cache can lose acknowledged writes at a power cut; no
+  test here can tell, because the tests see what the kernel sees.
+- **Reordering within a file.** The power-loss mode keeps each file up to its last fsync and at
+  most a partly written or zero-filled tail after it. A device that persists later blocks of
+  one unsynced write before earlier ones (leaving a hole of stale data in the middle, not only
+  zeros at the end) is not simulated. Records carry CRCs, so such damage is refused as
+  CORRUPT_STORE rather than misread, but it is not counted here.
+- **Silent corruption of synced data** (bit rot, a bad sector, another program editing the
+  files) beyond the mutated records and snapshots the fuzzers try: CRCs detect it, repair is
+  not attempted.
+- **Network and shared filesystems** (NFS, SMB, cloud-synced folders) and two machines on one
+  data dir: the lock and fsync semantics there are not those of a local disk. Not tested.
+- **Kernel crashes and power cuts of the real machine.** Power loss is simulated in the
+  filesystem seam the store writes through, not by cutting power; a process kill (SIGKILL) is
+  real.
+- **Platforms.** The counts below come from the machine named under "Run"; the Windows and
+  macOS jobs run the default suite, not these long runs.
+"""
+
+
+@dataclass
+class Row:
+    fault_class: str
+    cases: int = 0
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTS, 0))
+    tests: set[str] = field(default_factory=set)
+    failed: bool = False
+
+
+def read_log(path: Path) -> list[Row]:
+    rows: dict[str, Row] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+            row = rows.setdefault(entry["fault_class"], Row(entry["fault_class"]))
+            row.cases += int(entry["cases"])
+            for key in COUNTS:
+                row.counts[key] += int(entry.get(key, 0))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SystemExit(f"{path}:{number}: not a reliability line ({exc})") from None
+        if entry.get("test"):
+            row.tests.add(entry["test"])
+        row.failed |= bool(entry.get("failed"))
+    return sorted(rows.values(), key=lambda r: r.fault_class.lower())
+
+
+def _result(row: Row) -> str:
+    problems = [f"{row.counts[k]} {k}" for k in COUNTS if row.counts[k]]
+    if row.failed:
+        problems.append("the test failed")
+    return "**" + ", ".join(problems) + "**" if problems else "none"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render(rows: list[Row], run: dict[str, str]) -> str:
+    out = [
+        "# Reliability",
+        "",
+        "What ConvMem was put through, and what came of it. Every number below was counted by",
+        "the slow test suite itself while it ran (each fault-injecting test records what it",
+        "tried and what it saw through `tests/reliability_log.py`) and this page was written",
+        "from those counts by `scripts/reliability_table.py`; nothing here is typed by hand",
+        "except the list of what is not modelled.",
+        "",
+        "The promises under test (docs/semantics.md, docs/storage-format.md): a write is on",
+        "disk before it is acknowledged; a crash, a kill or a power cut loses nothing that was",
+        "acknowledged; damage is reported, never silently skipped; bad input gets an error and",
+        "never corrupts, truncates or loses stored data; every request gets an answer.",
+        "",
+        "Columns: **cases** are faults injected (kills, simulated power cuts, hostile requests,",
+        "mutated files, ...); **lost** are acknowledged writes missing afterwards; **crashed**",
+        "are server or store failures (an unexpected exit, an internal error, a store that",
+        "refused to open or failed its check when it should not have); **hung** are requests",
+        "left without an answer or processes that did not stop; **changed** are stored messages",
+        "altered or appearing other than by an acknowledged (or in-flight) operation.",
+        "",
+        "## Results",
+        "",
+        "| Fault class | Cases | Lost | Crashed | Hung | Changed | Checked by |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    total = Row("total")
+    for row in rows:
+        tests = "<br>".join(f"`{t}`" for t in sorted(row.tests)) or "—"
+        counts = " | ".join(str(row.counts[k]) for k in COUNTS)
+        name = _cell(row.fault_class) + (" (test failed)" if row.failed else "")
+        out.append(f"| {name} | {row.cases:,} | {counts} | {tests} |")
+        total.cases += row.cases
+        for k in COUNTS:
+            total.counts[k] += row.counts[k]
+        total.failed |= row.failed
+    counts = " | ".join(f"**{total.counts[k]}**" for k in COUNTS)
+    out.append(f"| **All** | **{total.cases:,}** | {counts} | |")
+    out += [
+        "",
+        f"Problems found in this run: {_result(total)}.",
+        "",
+        "## Run",
+        "",
+        f"- When: {run['when']}",
+        f"- Command: `{run['command']}`",
+        f"- pytest: {run['summary']}",
+        f"- Machine: {run['machine']}",
+        "",
+        "Regenerate with `python3 scripts/reliability_table.py` (the whole slow suite: minutes,",
+        "not seconds) or `python3 scripts/reliability_table.py tests/mcp` for part of it; the",
+        "table then shows only what that part counted.",
+        "",
+        "## Not modelled",
+        "",
+        NOT_MODELLED.rstrip(),
+        "",
+    ]
+    return "\n".join(out)
+
+
+def _python() -> str:
+    """The project's venv (scripts/dev.py setup) when there is one, else this interpreter."""
+    for candidate in (ROOT / ".venv" / "bin" / "python", ROOT / ".venv" / "Scripts" / "python.exe"):
+        if candidate.exists():
+            return str(candidate)
+    return sys.executable
+
+
+def run_pytest(paths: list[str], log: Path) -> tuple[int, str, str]:
+    command = [_python(), "-m", "pytest", "-m", "slow", "-q", "-p", "no:cacheprovider"]
+    command += paths
+    env = dict(os.environ, **{ENV: str(log)})
+    print("running:", " ".join(command), flush=True)
+    proc = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    assert proc.stdout is not None
+    summary = ""
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        text = line.strip().strip("=").strip()
+        if " passed" in text or " failed" in text or " error" in text:
+            summary = text
+    status = proc.wait()
+    shown = "python3 -m pytest -m slow" + ("" if not paths else " " + " ".join(paths))
+    return status, summary or f"exit status {status}", shown
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("paths", nargs="*", help="test paths (default: the whole slow suite)")
+    parser.add_argument("--from-log", type=Path, help="write the doc from this log; run nothing")
+    parser.add_argument("--output", type=Path, default=DOC)
+    args = parser.parse_args(argv)
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    machine = f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, Python "
+    machine += platform.python_version()
+    if args.from_log:
+        status, summary, command = 0, "(from a kept log)", f"--from-log {args.from_log}"
+        rows = read_log(args.from_log)
+    else:
+        with tempfile.TemporaryDirectory(prefix="convmem-reliability-") as tmp:
+            log = Path(tmp) / "reliability.jsonl"
+            log.touch()
+            status, summary, command = run_pytest(args.paths, log)
+            rows = read_log(log)
+    if not rows:
+        print("no reliability lines were recorded: nothing to write", file=sys.stderr)
+        return status or 1
+    run = {"when": when, "command": command, "summary": summary, "machine": machine}
+    args.output.write_text(render(rows, run), encoding="utf-8")
+    print(f"wrote {args.output} ({len(rows)} fault classes)")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
