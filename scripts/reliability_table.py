@@ -3,7 +3,8 @@
 
     python scripts/reliability_table.py                    # run `pytest -m slow`, write the doc
     python scripts/reliability_table.py tests/mcp tests/storage   # only these paths
-    python scripts/reliability_table.py --from-log FILE    # write the doc from a kept log
+    python scripts/reliability_table.py --log A.jsonl tests/mcp    # keep the counts in A.jsonl
+    python scripts/reliability_table.py --from-log A.jsonl --from-log B.jsonl  # doc from logs
 
 Every fault-injecting test appends one JSON line per fault class to the file named by
 CONVMEM_RELIABILITY_LOG (tests/reliability_log.py); this script runs the tests with that
@@ -62,23 +63,29 @@ class Row:
     failed: bool = False
 
 
-def read_log(path: Path) -> list[Row]:
+def read_logs(paths: list[Path]) -> tuple[list[Row], list[dict[str, str]]]:
+    """The rows summed per fault class, and the runs (one "run" line per pytest run)."""
     rows: dict[str, Row] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-            row = rows.setdefault(entry["fault_class"], Row(entry["fault_class"]))
-            row.cases += int(entry["cases"])
-            for key in COUNTS:
-                row.counts[key] += int(entry.get(key, 0))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise SystemExit(f"{path}:{number}: not a reliability line ({exc})") from None
-        if entry.get("test"):
-            row.tests.add(entry["test"])
-        row.failed |= bool(entry.get("failed"))
-    return sorted(rows.values(), key=lambda r: r.fault_class.lower())
+    runs: list[dict[str, str]] = []
+    for path in paths:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+                if "run" in entry:
+                    runs.append({k: str(v) for k, v in entry["run"].items()})
+                    continue
+                row = rows.setdefault(entry["fault_class"], Row(entry["fault_class"]))
+                row.cases += int(entry["cases"])
+                for key in COUNTS:
+                    row.counts[key] += int(entry.get(key, 0))
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise SystemExit(f"{path}:{number}: not a reliability line ({exc})") from None
+            if entry.get("test"):
+                row.tests.add(entry["test"])
+            row.failed |= bool(entry.get("failed"))
+    return sorted(rows.values(), key=lambda r: r.fault_class.lower()), runs
 
 
 def _result(row: Row) -> str:
@@ -92,7 +99,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def render(rows: list[Row], run: dict[str, str]) -> str:
+def render(rows: list[Row], runs: list[dict[str, str]]) -> str:
     out = [
         "# Reliability",
         "",
@@ -133,18 +140,24 @@ def render(rows: list[Row], run: dict[str, str]) -> str:
     out.append(f"| **All** | **{total.cases:,}** | {counts} | |")
     out += [
         "",
-        f"Problems found in this run: {_result(total)}.",
+        f"Problems found: {_result(total)}."
+        + (
+            " Some tests failed in these runs (see Runs)."
+            if any(w in run["summary"] for run in runs for w in ("failed", "error"))
+            else ""
+        ),
         "",
-        "## Run",
+        "## Runs",
         "",
-        f"- When: {run['when']}",
-        f"- Command: `{run['command']}`",
-        f"- pytest: {run['summary']}",
-        f"- Machine: {run['machine']}",
+        *[
+            f"- {run['when']}: `{run['command']}`: {run['summary']} ({run['machine']})"
+            for run in runs
+        ],
         "",
         "Regenerate with `python3 scripts/reliability_table.py` (the whole slow suite: minutes,",
-        "not seconds) or `python3 scripts/reliability_table.py tests/mcp` for part of it; the",
-        "table then shows only what that part counted.",
+        "not seconds), or part of it: `python3 scripts/reliability_table.py --log A.jsonl",
+        "tests/mcp` keeps the counts, and `--from-log A.jsonl --from-log B.jsonl` writes the",
+        "page from kept logs (the table shows only what those runs counted).",
         "",
         "## Not modelled",
         "",
@@ -162,7 +175,8 @@ def _python() -> str:
     return sys.executable
 
 
-def run_pytest(paths: list[str], log: Path) -> tuple[int, str, str]:
+def run_pytest(paths: list[str], log: Path) -> int:
+    """Run the slow tests with the log variable set; append a "run" line; pytest's status."""
     command = [_python(), "-m", "pytest", "-m", "slow", "-q", "-p", "no:cacheprovider"]
     command += paths
     env = dict(os.environ, **{ENV: str(log)})
@@ -178,33 +192,44 @@ def run_pytest(paths: list[str], log: Path) -> tuple[int, str, str]:
         if " passed" in text or " failed" in text or " error" in text:
             summary = text
     status = proc.wait()
-    shown = "python3 -m pytest -m slow" + ("" if not paths else " " + " ".join(paths))
-    return status, summary or f"exit status {status}", shown
+    machine = f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, Python "
+    machine += platform.python_version()
+    run = {
+        "when": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "python3 -m pytest -m slow" + "".join(" " + p for p in paths),
+        "summary": summary or f"exit status {status}",
+        "machine": machine,
+    }
+    with log.open("a", encoding="utf-8") as out:
+        out.write(json.dumps({"run": run}) + "\n")
+    return status
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="*", help="test paths (default: the whole slow suite)")
-    parser.add_argument("--from-log", type=Path, help="write the doc from this log; run nothing")
+    parser.add_argument(
+        "--from-log",
+        type=Path,
+        action="append",
+        help="write the doc from this kept log (repeatable); run nothing",
+    )
+    parser.add_argument("--log", type=Path, help="keep the run's log here (appended to)")
     parser.add_argument("--output", type=Path, default=DOC)
     args = parser.parse_args(argv)
-    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    machine = f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, Python "
-    machine += platform.python_version()
+    status = 0
     if args.from_log:
-        status, summary, command = 0, "(from a kept log)", f"--from-log {args.from_log}"
-        rows = read_log(args.from_log)
+        rows, runs = read_logs(args.from_log)
     else:
         with tempfile.TemporaryDirectory(prefix="convmem-reliability-") as tmp:
-            log = Path(tmp) / "reliability.jsonl"
+            log = args.log or Path(tmp) / "reliability.jsonl"
             log.touch()
-            status, summary, command = run_pytest(args.paths, log)
-            rows = read_log(log)
+            status = run_pytest(args.paths, log)
+            rows, runs = read_logs([log])
     if not rows:
         print("no reliability lines were recorded: nothing to write", file=sys.stderr)
         return status or 1
-    run = {"when": when, "command": command, "summary": summary, "machine": machine}
-    args.output.write_text(render(rows, run), encoding="utf-8")
+    args.output.write_text(render(rows, runs), encoding="utf-8")
     print(f"wrote {args.output} ({len(rows)} fault classes)")
     return status
 
