@@ -21,6 +21,7 @@ port before anything starts) and serves them with uvicorn, the ASGI server the S
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import ipaddress
@@ -29,6 +30,7 @@ import logging
 import math
 import socket
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -321,11 +323,20 @@ class HttpConfig:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn without its signal handlers: the process that runs the listener owns signals."""
+    """uvicorn without its signal handlers (the process running the listener owns signals),
+    saying when it accepts connections."""
+
+    def __init__(self, config: uvicorn.Config, started: threading.Event) -> None:
+        super().__init__(config)
+        self._started_event = started
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        self._started_event.set()
 
 
 def _expand(hosts: Sequence[str]) -> list[str]:
@@ -363,16 +374,20 @@ def _ipv6_unavailable(error: OSError) -> bool:
 
 
 class HttpListener:
-    """One HTTP listener for one MCP server: `bind()` (sync, may raise `HttpBindError`), then
-    `await serve()` on the engine's event loop until `stop()`."""
+    """The HTTP listener of one data dir: `bind()` (sync; a busy port raises `HttpBindError`
+    before anything starts), then `await serve(server)` on the engine's event loop until
+    `await stop(grace)` (or `request_stop()` from any thread). Sockets are closed on the way
+    out, so the port is free again when `serve` returns."""
 
-    def __init__(self, server: Server[Any], token: HttpToken, config: HttpConfig) -> None:
-        self.server = server
+    def __init__(self, token: HttpToken, config: HttpConfig) -> None:
         self.token = token
         self.config = config
         self.sockets: list[socket.socket] = []
+        self.started = threading.Event()
+        """Set once uvicorn accepts connections (or `serve` ended before it could)."""
         self._uvicorn: _Server | None = None
         self._stopping = False
+        self._done = threading.Event()
 
     @property
     def port(self) -> int:
@@ -419,40 +434,54 @@ class HttpListener:
             sock.close()
         self.sockets = []
 
-    async def serve(self) -> None:
-        """Serve the bound sockets until `stop()`; closes them on the way out."""
-        if not self.sockets:
-            self.bind()
-        app = build_http_app(
-            self.server,
-            self.token,
-            hosts=self.hosts,
-            port=self.port,
-            body_limit=self.config.body_limit,
-        )
-        config = uvicorn.Config(
-            app,
-            lifespan="on",
-            http="h11",
-            ws="none",
-            interface="asgi3",
-            log_config=None,
-            access_log=False,
-            server_header=False,
-            proxy_headers=False,
-            limit_concurrency=MAX_CONNECTIONS,
-            timeout_graceful_shutdown=int(STOP_GRACE_SECONDS),
-        )
-        self._uvicorn = _Server(config)
-        self._uvicorn.should_exit = self._stopping
+    async def serve(self, server: Server[Any]) -> None:
+        """Serve `server` on the bound sockets until stopped; closes them on the way out."""
         try:
+            if not self.sockets:
+                self.bind()
+            app = build_http_app(
+                server,
+                self.token,
+                hosts=self.hosts,
+                port=self.port,
+                body_limit=self.config.body_limit,
+            )
+            config = uvicorn.Config(
+                app,
+                lifespan="on",
+                http="h11",
+                ws="none",
+                interface="asgi3",
+                log_config=None,
+                access_log=False,
+                server_header=False,
+                proxy_headers=False,
+                limit_concurrency=MAX_CONNECTIONS,
+                timeout_graceful_shutdown=int(STOP_GRACE_SECONDS),
+            )
+            self._uvicorn = _Server(config, self.started)
+            self._uvicorn.should_exit = self._stopping
             await self._uvicorn.serve(sockets=self.sockets)
         finally:
             self.close()
+            self.started.set()
+            self._done.set()
 
-    def stop(self) -> None:
-        """Ask `serve()` to stop accepting, answer what is in progress and return (call on the
-        loop's thread, or from any thread: uvicorn polls the flag)."""
+    def request_stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
+        """Stop accepting; requests in progress get `grace` seconds to be answered (0: cut
+        them off). Any thread: uvicorn polls the flags."""
         self._stopping = True
-        if self._uvicorn is not None:
-            self._uvicorn.should_exit = True
+        server = self._uvicorn
+        if server is not None:
+            server.config.timeout_graceful_shutdown = max(math.ceil(grace), 0)
+            if grace <= 0:
+                server.force_exit = True
+            server.should_exit = True
+
+    async def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
+        """`request_stop(grace)` and wait (on the serving loop) until `serve` has returned."""
+        self.request_stop(grace)
+        if self._uvicorn is None and not self._done.is_set():
+            return  # never served
+        while not self._done.is_set():
+            await asyncio.sleep(0.05)

@@ -72,15 +72,17 @@ class LiveHttp:
     def __enter__(self) -> LiveHttp:
         self.service = MemoryService.open(self.data_dir)
         self.token = HttpToken(self.data_dir, self.environ)
-        self.listener = HttpListener(build_server(self.service), self.token, self.config)
+        self.listener = HttpListener(self.token, self.config)
         self.listener.bind()
-        self.thread = threading.Thread(target=lambda: asyncio.run(self.listener.serve()))
+        server = build_server(self.service)
+        self.thread = threading.Thread(target=lambda: asyncio.run(self.listener.serve(server)))
         self.thread.start()
+        assert self.listener.started.wait(30)
         wait_accepting(self.port)
         return self
 
     def __exit__(self, *exc: object | TracebackType) -> None:
-        self.listener.stop()
+        self.listener.request_stop()
         self.thread.join(60)
         assert not self.thread.is_alive()
         self.service.close()

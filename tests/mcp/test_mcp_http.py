@@ -40,7 +40,6 @@ from convmem_engine.mcp.http_transport import (
     max_body_bytes,
 )
 from convmem_engine.mcp.line_transport import MAX_LINE_BYTES
-from convmem_engine.service import MemoryService
 from convmem_engine.tools import MEMORY_TOOLS
 
 
@@ -353,17 +352,12 @@ def test_a_busy_port_is_a_clear_error_naming_the_port(tmp_path: Path) -> None:
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
         port = squatter.getsockname()[1]
-        with MemoryService.open(tmp_path / "data") as service:
-            from convmem_engine.mcp import build_server
-
-            listener = HttpListener(
-                build_server(service), HttpToken(tmp_path / "data", {}), HttpConfig(port=port)
-            )
-            with pytest.raises(HttpBindError) as caught:
-                listener.bind()
-            assert caught.value.port == port and str(port) in str(caught.value)
-            assert "in use" in str(caught.value)
-            assert listener.sockets == []
+        listener = HttpListener(HttpToken(tmp_path, {}), HttpConfig(port=port))
+        with pytest.raises(HttpBindError) as caught:
+            listener.bind()
+        assert caught.value.port == port and str(port) in str(caught.value)
+        assert "in use" in str(caught.value)
+        assert listener.sockets == []
 
 
 def test_loopback_only_unless_explicitly_allowed() -> None:
