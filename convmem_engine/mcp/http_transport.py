@@ -105,6 +105,20 @@ def security_settings(hosts: Sequence[str], port: int) -> TransportSecuritySetti
     )
 
 
+# -- what a host needs ------------------------------------------------------------------------
+
+
+def claude_code_command(url: str, token: str) -> str:
+    """The Claude Code command that adds ConvMem over HTTP with its token."""
+    return f'claude mcp add --transport http convmem {url} --header "Authorization: Bearer {token}"'
+
+
+def http_host_json(url: str, token: str) -> str:
+    """The JSON entry for hosts that take a URL and headers (Claude Code's `.mcp.json`, Cursor)."""
+    entry = {"type": "http", "url": url, "headers": {"Authorization": f"Bearer {token}"}}
+    return json.dumps({"mcpServers": {"convmem": entry}}, indent=2)
+
+
 # -- the ASGI application -----------------------------------------------------------------
 
 
