@@ -95,7 +95,14 @@ def make_proxy(port: int, token: str) -> ThreadingHTTPServer:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    return ThreadingHTTPServer(("127.0.0.1", port), Proxy)
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+
+        def handle_error(self, request: object, client_address: object) -> None:
+            if not isinstance(sys.exc_info()[1], ConnectionError):  # a client hanging up is fine
+                super().handle_error(request, client_address)  # type: ignore[arg-type]
+
+    return Server(("127.0.0.1", port), Proxy)
 
 
 def wait_for(condition: object, what: str, timeout: float = 60.0) -> None:

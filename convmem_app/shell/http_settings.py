@@ -27,13 +27,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from convmem_engine.mcp.http_token import ENV_VAR, HttpToken, TokenError
-from convmem_engine.mcp.http_transport import (
+from convmem_engine.mcp.http_config import (
     DEFAULT_PORT,
     ENDPOINT_PATH,
     claude_code_command,
     http_host_json,
 )
+from convmem_engine.mcp.http_token import ENV_VAR, HttpToken, TokenError
 
 KEY_ENABLED: Final = "http/enabled"
 KEY_PORT: Final = "http/port"

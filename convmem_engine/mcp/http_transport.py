@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import ipaddress
 import json
 import logging
 import math
@@ -32,7 +31,6 @@ import socket
 import sys
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import uvicorn
@@ -41,7 +39,12 @@ from mcp.server.transport_security import TransportSecurityMiddleware, Transport
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
-from convmem_engine.mcp.line_transport import MAX_LINE_BYTES
+from convmem_engine.mcp.http_config import (
+    ENDPOINT_PATH,
+    HttpBindError,
+    HttpConfig,
+    host_port,
+)
 
 if TYPE_CHECKING:
     from mcp.server import Server
@@ -50,9 +53,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("convmem_engine.mcp.http")
 
-ENDPOINT_PATH: Final = "/mcp"
-DEFAULT_PORT: Final = 8377
-LOOPBACK_HOSTS: Final = ("127.0.0.1", "::1")
 STOP_GRACE_SECONDS: Final = 5.0
 """On stop: how long requests in progress may take to be answered before they are cancelled."""
 MAX_CONNECTIONS: Final = 64
@@ -61,62 +61,15 @@ MAX_CONNECTIONS: Final = 64
 _JSON: Final = [(b"content-type", b"application/json")]
 
 
-def max_body_bytes(image_total_bytes: int = 0) -> int:
-    """The largest request body accepted (larger: 413).
-
-    The largest valid memory-tool request (`MAX_LINE_BYTES`, 13 MiB: 1 MiB of content and 1 MiB
-    of metadata, every byte escaped as \\u00XX, plus framing) plus the base64 of the configured
-    total of images a request may carry (base64 turns every 3 bytes into 4).
-    """
-    if image_total_bytes < 0:
-        raise ValueError("image_total_bytes must be >= 0")
-    return MAX_LINE_BYTES + 4 * math.ceil(image_total_bytes / 3)
-
-
-class HttpBindError(Exception):
-    """The listener could not bind; the message names the address and the port."""
-
-    def __init__(self, message: str, port: int) -> None:
-        super().__init__(message)
-        self.port = port
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 def security_settings(hosts: Sequence[str], port: int) -> TransportSecuritySettings:
     """Host and Origin values accepted: the loopback names and the bound addresses, this port."""
     names = {"127.0.0.1", "localhost", "::1", *hosts}
-    allowed = sorted(_host_port(name, port) for name in names if name not in {"0.0.0.0", "::"})
+    allowed = sorted(host_port(name, port) for name in names if name not in {"0.0.0.0", "::"})
     return TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
         allowed_hosts=allowed,
         allowed_origins=[f"http://{value}" for value in allowed],
     )
-
-
-# -- what a host needs ------------------------------------------------------------------------
-
-
-def claude_code_command(url: str, token: str) -> str:
-    """The Claude Code command that adds ConvMem over HTTP with its token."""
-    return f'claude mcp add --transport http convmem {url} --header "Authorization: Bearer {token}"'
-
-
-def http_host_json(url: str, token: str) -> str:
-    """The JSON entry for hosts that take a URL and headers (Claude Code's `.mcp.json`, Cursor)."""
-    entry = {"type": "http", "url": url, "headers": {"Authorization": f"Bearer {token}"}}
-    return json.dumps({"mcpServers": {"convmem": entry}}, indent=2)
 
 
 # -- the ASGI application -----------------------------------------------------------------
@@ -306,36 +259,6 @@ def build_http_app(
 # -- the listener -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class HttpConfig:
-    """Where and how the HTTP listener serves.
-
-    `hosts`: the addresses to bind (default: 127.0.0.1 and, where the machine has IPv6, ::1);
-    a non-loopback address needs `allow_non_loopback`. `port` 0 picks a free port (tests).
-    """
-
-    port: int = DEFAULT_PORT
-    hosts: tuple[str, ...] = LOOPBACK_HOSTS
-    allow_non_loopback: bool = False
-    body_limit: int = max_body_bytes()
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.port <= 65535:
-            raise ValueError("port must be 0 to 65535")
-        if not self.hosts:
-            raise ValueError("hosts must name at least one address")
-        foreign = [host for host in self.hosts if not is_loopback(host)]
-        if foreign and not self.allow_non_loopback:
-            raise ValueError(
-                "binding a non-loopback address exposes ConvMem to the network: "
-                "pass the explicit flag to allow it"
-            )
-
-    @property
-    def loopback_only(self) -> bool:
-        return all(is_loopback(host) for host in self.hosts)
-
-
 class _Server(uvicorn.Server):
     """uvicorn without its signal handlers (the process running the listener owns signals),
     saying when it accepts connections."""
@@ -417,7 +340,7 @@ class HttpListener:
     def url(self) -> str:
         """The endpoint URL to give a host (the first bound address)."""
         host = self.hosts[0] if self.sockets else _expand(self.config.hosts)[0]
-        return f"http://{_host_port(host, self.port)}{ENDPOINT_PATH}"
+        return f"http://{host_port(host, self.port)}{ENDPOINT_PATH}"
 
     def bind(self) -> None:
         """Bind every configured address on one port. Port 0: the first gets a free port and
@@ -487,9 +410,9 @@ class HttpListener:
         self._stopping = True
         server = self._uvicorn
         if server is not None:
-            server.config.timeout_graceful_shutdown = max(math.ceil(grace), 0)
-            if grace <= 0:
-                server.force_exit = True
+            # uvicorn takes whole seconds; "at once" is its smallest wait that still lets the
+            # application shut down in order (force_exit would skip that).
+            server.config.timeout_graceful_shutdown = math.ceil(grace) if grace > 0 else 0.01  # type: ignore[assignment]
             server.should_exit = True
 
     async def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:

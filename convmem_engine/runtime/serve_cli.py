@@ -1,4 +1,5 @@
-"""`convmem serve [--data-dir DIR] [--log-level L]`: a Runtime with one stdio listener. No Qt.
+"""`convmem serve [--data-dir DIR] [--log-level L] [--http [--host H] [--port P] [--no-stdio]]`:
+a Runtime with a stdio listener and, with `--http`, the HTTP listener (`POST /mcp`). No Qt.
 
 Takes the data-dir lock itself; when another process holds it, prints one line on stderr and
 exits with status 2 (1 when the store cannot be opened: corrupt or unreadable). Logs go to
@@ -9,6 +10,10 @@ signal stops reading and gives the requests already read `STOP_GRACE_SECONDS` to
 answered; a second signal cuts that short. Then the runtime stops: every write the client saw
 acknowledged was fsynced before the acknowledgement, and the store closes and releases the lock
 whatever signals arrive meanwhile.
+
+With `--http` the HTTP listener serves too (docs/hosts.md, "Over HTTP"); a busy port is one
+line naming the port and exit status 3. With `--no-stdio` stdin is not read at all: the process
+serves HTTP until SIGTERM or Ctrl-C (stdin at EOF does not stop it), then releases the port.
 
 Where the data dir is when `--data-dir` is not given is the caller's to say (`resolve_data_dir`):
 `convmem_app.cli` passes the one definition that the shim also uses (`convmem_app.shim.paths`,
@@ -24,12 +29,19 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
 from convmem_engine.domain.errors import BusyError, ConvMemError
+from convmem_engine.runtime.http_listener import (
+    HttpOptions,
+    add_http_arguments,
+    http_options,
+    start_http,
+)
 from convmem_engine.runtime.logs import configure_logging
 from convmem_engine.runtime.runtime import Runtime
 from convmem_engine.runtime.stdio_listener import StdioListener, private_stdout
@@ -39,6 +51,8 @@ logger = logging.getLogger(__name__)
 EXIT_OK: Final = 0
 EXIT_ERROR: Final = 1
 EXIT_BUSY: Final = 2
+EXIT_LISTEN: Final = 3
+"""The HTTP listener could not start (port in use, address refused, unusable token)."""
 LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 STOP_GRACE_SECONDS: Final = 5.0
 """After SIGTERM / Ctrl-C: how long requests already read may take to finish and be answered."""
@@ -73,7 +87,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         choices=LOG_LEVELS,
         help="stderr log level (default: WARNING)",
     )
-    return parser.parse_args(argv)
+    add_http_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.no_stdio and not args.http:
+        parser.error("--no-stdio needs --http (there would be nothing to serve)")
+    return args
 
 
 @contextmanager
@@ -95,8 +113,9 @@ def _counting_stop_signals() -> Iterator[list[int]]:
             signal.signal(sig, old)
 
 
-def serve(data_dir: Path) -> int:
-    """Serve MCP on stdin/stdout for the store in `data_dir` until EOF or a stop signal."""
+def serve(data_dir: Path, http: HttpOptions | None = None) -> int:
+    """Serve MCP on stdin/stdout (and over HTTP with `http`) for the store in `data_dir` until
+    EOF or a stop signal (only a stop signal with `http.no_stdio`)."""
     with private_stdout() as out_fd:  # from here on, a stray print lands on stderr
         runtime = Runtime(data_dir)
         try:
@@ -105,18 +124,26 @@ def serve(data_dir: Path) -> int:
             status = EXIT_BUSY if isinstance(error, BusyError) else EXIT_ERROR
             print(f"convmem serve: {error.code}: {data_dir}: {error.message}", file=sys.stderr)
             return status
-        logger.info("serving %s over stdio (pid %d)", data_dir, os.getpid())
-        if sys.stdin.isatty():
+        over = "HTTP" if http is not None and http.no_stdio else "stdio"
+        logger.info("serving %s over %s (pid %d)", data_dir, over, os.getpid())
+        if sys.stdin.isatty() and (http is None or not http.no_stdio):
             print(
                 "convmem serve: speaking MCP on stdin/stdout for an LLM host "
                 "(see docs/hosts.md); press Ctrl-C to stop",
                 file=sys.stderr,
             )
         with _counting_stop_signals() as signals:
-            listener = StdioListener(sys.stdin.fileno(), out_fd)
-            runtime.add_listener(listener)
-            while not signals and not listener.finished.wait(POLL_SECONDS):
-                pass
+            if http is not None and not start_http(runtime, http):
+                runtime.stop(0)
+                return EXIT_LISTEN
+            if http is not None and http.no_stdio:
+                while not signals:  # stdin is never read: its EOF does not stop us
+                    time.sleep(POLL_SECONDS)
+            else:
+                listener = StdioListener(sys.stdin.fileno(), out_fd)
+                runtime.add_listener(listener)
+                while not signals and not listener.finished.wait(POLL_SECONDS):
+                    pass
             if signals:
                 logger.info("stop signal: answering requests in progress, then exiting")
             stopped = runtime.stop_async(STOP_GRACE_SECONDS)
@@ -136,4 +163,4 @@ def serve(data_dir: Path) -> int:
 def main(argv: list[str], *, resolve_data_dir: ResolveDataDir) -> int:
     args = parse_args(argv)
     configure_logging(args.log_level)
-    return serve(resolve_data_dir(args.data_dir))
+    return serve(resolve_data_dir(args.data_dir), http_options(args))

@@ -19,8 +19,8 @@ from convmem_app.shell.http_settings import (
     load_choice,
     save_choice,
 )
+from convmem_engine.mcp.http_config import DEFAULT_PORT
 from convmem_engine.mcp.http_token import ENV_VAR, TOKEN_FILE_NAME, HttpToken
-from convmem_engine.mcp.http_transport import DEFAULT_PORT
 
 pytestmark = pytest.mark.gui
 

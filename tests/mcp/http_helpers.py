@@ -24,8 +24,9 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from tool_results import payload
 
 from convmem_engine.mcp import build_server
+from convmem_engine.mcp.http_config import HttpConfig
 from convmem_engine.mcp.http_token import HttpToken
-from convmem_engine.mcp.http_transport import HttpConfig, HttpListener
+from convmem_engine.mcp.http_transport import HttpListener
 from convmem_engine.service import MemoryService
 
 HEALTH = {

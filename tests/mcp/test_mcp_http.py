@@ -25,6 +25,7 @@ from http_helpers import (
 )
 from mcp_helpers import ERAS, call, serve_client
 
+from convmem_engine.mcp.http_config import DEFAULT_PORT, HttpBindError, HttpConfig, max_body_bytes
 from convmem_engine.mcp.http_token import (
     ENV_VAR,
     TOKEN_FILE_NAME,
@@ -32,13 +33,7 @@ from convmem_engine.mcp.http_token import (
     TokenError,
     valid_token,
 )
-from convmem_engine.mcp.http_transport import (
-    DEFAULT_PORT,
-    HttpBindError,
-    HttpConfig,
-    HttpListener,
-    max_body_bytes,
-)
+from convmem_engine.mcp.http_transport import HttpListener
 from convmem_engine.mcp.line_transport import MAX_LINE_BYTES
 from convmem_engine.tools import MEMORY_TOOLS
 
