@@ -279,6 +279,13 @@ class Runtime:
         with self._lock:
             self._listeners.append(listener)
 
+    def remove_listener(self, listener: Listener) -> None:
+        """Forget a listener its owner has already stopped (the app turning HTTP off or moving
+        it to another port); the runtime will not stop it again."""
+        with self._lock:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
     async def serve_session(self, transport: str, read_chunk: ReadChunk, send: Send) -> None:
         """Serve one MCP session over newline-delimited JSON-RPC (`serve_chunks`), listed in
         `clients` while it lasts. Call on the engine loop."""
