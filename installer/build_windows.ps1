@@ -16,8 +16,10 @@
     6. verifies every signature (signtool verify /pa) and prints sizes, SHA-256 and times.
 
     Needs: Python 3.11+ (x64), NSIS 3.08+ (makensis on PATH or in its default folder), the
-    Windows SDK's signtool.exe. Certificate: see sign.ps1 (CONVMEM_SIGN_PFX +
-    CONVMEM_SIGN_PASSWORD[_FILE], or CONVMEM_SIGN_THUMBPRINT; CONVMEM_SIGN_TIMESTAMP_URL).
+    Windows SDK's signtool.exe. Certificate: see sign.ps1 (CONVMEM_SIGN_DLIB +
+    CONVMEM_SIGN_DLIB_METADATA for Azure Artifact Signing, CONVMEM_SIGN_THUMBPRINT for a
+    hardware token, or CONVMEM_SIGN_PFX + CONVMEM_SIGN_PASSWORD[_FILE];
+    CONVMEM_SIGN_TIMESTAMP_URL, CONVMEM_SIGN_REQUIRE_TIMESTAMP).
 
 .PARAMETER Python
     Interpreter that creates the venv (default: `py -3.11` when the launcher exists, else
@@ -87,10 +89,11 @@ try {
         Select-Object -First 1
     if (-not $match) { throw "pyproject.toml: no numeric x.y.z [project] version" }
     $Version = $match.Matches[0].Groups[1].Value
-    $Signing = [bool]($env:CONVMEM_SIGN_PFX -or $env:CONVMEM_SIGN_THUMBPRINT)
+    $Signing = [bool]($env:CONVMEM_SIGN_DLIB -or $env:CONVMEM_SIGN_PFX -or $env:CONVMEM_SIGN_THUMBPRINT)
     if (-not $Signing -and -not $AllowUnsigned) {
-        throw ("no certificate: set CONVMEM_SIGN_PFX (+ CONVMEM_SIGN_PASSWORD_FILE) or " +
-            "CONVMEM_SIGN_THUMBPRINT, or pass -AllowUnsigned for a test build")
+        throw ("no certificate: set CONVMEM_SIGN_DLIB (+ CONVMEM_SIGN_DLIB_METADATA), " +
+            "CONVMEM_SIGN_THUMBPRINT or CONVMEM_SIGN_PFX (+ CONVMEM_SIGN_PASSWORD_FILE), " +
+            "or pass -AllowUnsigned for a test build")
     }
     $Makensis = Find-Makensis
     Write-Host "ConvMem $Version, signing: $Signing"

@@ -9,8 +9,9 @@
 ;          `version = "..."` line); must be numeric x.y.z
 ; TARGET   NSIS stub, default x86-unicode (amd64-unicode was used to run it under 64-bit Wine)
 ;
-; Signing: when CONVMEM_SIGN_PFX (a PKCS#12 file) or CONVMEM_SIGN_THUMBPRINT (a certificate in
-; the user's store, Windows only) is set in the environment, `!finalize` signs the installer and
+; Signing: when CONVMEM_SIGN_PFX (a PKCS#12 file), CONVMEM_SIGN_THUMBPRINT (a certificate in
+; the user's store, Windows only) or CONVMEM_SIGN_DLIB (a signtool plug-in such as Azure
+; Artifact Signing's, Windows only) is set in the environment, `!finalize` signs the installer and
 ; `!uninstfinalize` signs the uninstaller before it is packed: installer\sign.ps1 when makensis
 ; runs on Windows, installer/sign.sh (osslsigncode) elsewhere. /DNOSIGN turns it off.
 ;
@@ -84,6 +85,11 @@ SetCompressor /SOLID lzma
   !endif
   !if "$%CONVMEM_SIGN_THUMBPRINT%" != "${U+24}%CONVMEM_SIGN_THUMBPRINT%"
     !if "$%CONVMEM_SIGN_THUMBPRINT%" != ""
+      !define /ifndef SIGN
+    !endif
+  !endif
+  !if "$%CONVMEM_SIGN_DLIB%" != "${U+24}%CONVMEM_SIGN_DLIB%"
+    !if "$%CONVMEM_SIGN_DLIB%" != ""
       !define /ifndef SIGN
     !endif
   !endif

@@ -6,7 +6,16 @@
     installer\sign.ps1 FILE.exe [FILE.exe ...]            sign
     installer\sign.ps1 -Verify FILE.exe [FILE.exe ...]    verify (Windows trust policy)
 
-    The certificate, from the environment (one of):
+    The certificate, from the environment (one of, in this order):
+      CONVMEM_SIGN_DLIB           a signtool signing plug-in (/dlib), with its metadata file in
+                                  CONVMEM_SIGN_DLIB_METADATA (/dmdf). Azure Artifact Signing:
+                                  Azure.CodeSigning.Dlib.dll from the NuGet package
+                                  Microsoft.ArtifactSigning.Client, and a JSON file
+                                  {"Endpoint", "CodeSigningAccountName", "CertificateProfileName"};
+                                  it signs in the cloud as the Azure identity of the environment
+                                  (AZURE_TENANT_ID / AZURE_CLIENT_ID / AZURE_CLIENT_SECRET, a
+                                  managed identity or `az login`). Its timestamp server
+                                  http://timestamp.acs.microsoft.com is the default.
       CONVMEM_SIGN_THUMBPRINT     SHA-1 thumbprint of a code-signing certificate in the current
                                   user's store, Cert:\CurrentUser\My (where a hardware token's
                                   certificate appears too)
@@ -15,11 +24,12 @@
     CONVMEM_SIGN_TIMESTAMP_URL    RFC 3161 timestamp server, e.g. http://timestamp.digicert.com
                                   (strongly advised: without it the signature stops validating
                                   when the certificate expires)
+    CONVMEM_SIGN_REQUIRE_TIMESTAMP=1  refuse to sign without a timestamp server (releases)
     CONVMEM_SIGNTOOL              signtool.exe to use (default: on PATH, else the newest
                                   Windows 10/11 SDK x64 signtool)
 
     convmem.nsi runs this from !finalize / !uninstfinalize (installer and uninstaller) when
-    CONVMEM_SIGN_PFX or CONVMEM_SIGN_THUMBPRINT is set; build_windows.ps1 runs it for the three
+    CONVMEM_SIGN_DLIB, CONVMEM_SIGN_THUMBPRINT or CONVMEM_SIGN_PFX is set; build_windows.ps1 runs it for the three
     executables. Exit status 0 on success; signtool's status otherwise; 2 for a usage problem.
 #>
 [CmdletBinding()]
@@ -69,7 +79,20 @@ if ($Verify) {
 }
 
 $signArgs = @("sign", "/fd", "sha256", "/d", "ConvMem")
-if ($env:CONVMEM_SIGN_THUMBPRINT) {
+$timestampUrl = $env:CONVMEM_SIGN_TIMESTAMP_URL
+if ($env:CONVMEM_SIGN_DLIB) {
+    $metadata = $env:CONVMEM_SIGN_DLIB_METADATA
+    if (-not $metadata -or -not (Test-Path -LiteralPath $metadata -PathType Leaf)) {
+        [Console]::Error.WriteLine("sign.ps1: CONVMEM_SIGN_DLIB needs CONVMEM_SIGN_DLIB_METADATA, the plug-in's metadata file")
+        exit 2
+    }
+    if (-not (Test-Path -LiteralPath $env:CONVMEM_SIGN_DLIB -PathType Leaf)) {
+        [Console]::Error.WriteLine("sign.ps1: CONVMEM_SIGN_DLIB does not name a file")
+        exit 2
+    }
+    $signArgs += @("/dlib", $env:CONVMEM_SIGN_DLIB, "/dmdf", $metadata)
+    if (-not $timestampUrl) { $timestampUrl = "http://timestamp.acs.microsoft.com" }
+} elseif ($env:CONVMEM_SIGN_THUMBPRINT) {
     $signArgs += @("/sha1", $env:CONVMEM_SIGN_THUMBPRINT)
 } elseif ($env:CONVMEM_SIGN_PFX) {
     $password = $env:CONVMEM_SIGN_PASSWORD
@@ -79,11 +102,14 @@ if ($env:CONVMEM_SIGN_THUMBPRINT) {
     $signArgs += @("/f", $env:CONVMEM_SIGN_PFX)
     if ($password) { $signArgs += @("/p", $password) }
 } else {
-    [Console]::Error.WriteLine("sign.ps1: set CONVMEM_SIGN_THUMBPRINT or CONVMEM_SIGN_PFX")
+    [Console]::Error.WriteLine("sign.ps1: set CONVMEM_SIGN_DLIB, CONVMEM_SIGN_THUMBPRINT or CONVMEM_SIGN_PFX")
     exit 2
 }
-if ($env:CONVMEM_SIGN_TIMESTAMP_URL) {
-    $signArgs += @("/tr", $env:CONVMEM_SIGN_TIMESTAMP_URL, "/td", "sha256")
+if ($timestampUrl) {
+    $signArgs += @("/tr", $timestampUrl, "/td", "sha256")
+} elseif ($env:CONVMEM_SIGN_REQUIRE_TIMESTAMP -eq "1") {
+    [Console]::Error.WriteLine("sign.ps1: CONVMEM_SIGN_REQUIRE_TIMESTAMP=1 but no CONVMEM_SIGN_TIMESTAMP_URL")
+    exit 2
 }
 
 & $signtool @signArgs @Files

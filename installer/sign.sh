@@ -9,6 +9,7 @@
 #   CONVMEM_SIGN_PASSWORD        or the password itself (written to a private temporary file)
 #   CONVMEM_SIGN_TIMESTAMP_URL   RFC 3161 timestamp server (needs a network); without one the
 #                                signature stops validating when the certificate expires
+#   CONVMEM_SIGN_REQUIRE_TIMESTAMP=1  refuse to sign without a timestamp server (releases)
 #   CONVMEM_SIGN_CAFILE          optional: after signing, verify each file against this CA bundle
 #
 # The NSIS script calls this from `!finalize` / `!uninstfinalize` when CONVMEM_SIGN_PFX is set.
@@ -25,6 +26,10 @@ if [ -z "${CONVMEM_SIGN_PFX:-}" ]; then
 fi
 if [ ! -r "$CONVMEM_SIGN_PFX" ]; then
     echo "sign.sh: CONVMEM_SIGN_PFX does not name a readable file" >&2
+    exit 2
+fi
+if [ "${CONVMEM_SIGN_REQUIRE_TIMESTAMP:-}" = 1 ] && [ -z "${CONVMEM_SIGN_TIMESTAMP_URL:-}" ]; then
+    echo "sign.sh: CONVMEM_SIGN_REQUIRE_TIMESTAMP=1 but no CONVMEM_SIGN_TIMESTAMP_URL" >&2
     exit 2
 fi
 command -v osslsigncode >/dev/null 2>&1 || {

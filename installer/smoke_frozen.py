@@ -1,6 +1,6 @@
 """Smoke test of a one-folder PyInstaller build of ConvMem (installer/convmem.spec), any OS.
 
-    python installer/smoke_frozen.py dist/ConvMem [--visible] [--timings N]
+    python installer/smoke_frozen.py dist/ConvMem [--visible] [--timings N] [--app-data-dir D]
 
 Needs only the `mcp` SDK in the running interpreter (the build venv has it). Everything runs in
 fresh temporary folders; the user's own data dir and running apps are never touched.
@@ -8,7 +8,9 @@ fresh temporary folders; the user's own data dir and running apps are never touc
 1. `convmem-cli --help` prints the usage.
 2. `convmem-cli serve`: the SDK's stdio client writes one message and reads it back.
 3. `convmem-shim` with no app running starts the bundled `ConvMem` app (offscreen unless
-   --visible), writes and reads through it; a control `status` through a second shim names the
+   --visible), writes, reads and searches through it (in D with --app-data-dir, e.g. the
+   default data folder of an installed copy, which the release workflow then checks survives
+   the uninstaller); a control `status` through a second shim names the
    app's pid; a control `quit` ends it; a shim with `--start-timeout 0` then finds no app.
 4. The data written through the app is read back by `convmem-cli serve` (the app released the
    lock and everything it acknowledged is on disk).
@@ -89,6 +91,12 @@ async def write_and_read(params: StdioServerParameters, errlog: Any, session: st
         contents = [m["content"] for m in history["history"]]
         if contents != [f"hello from {session}"]:
             raise SmokeError(f"read back {contents!r}")
+        found = payload(
+            await client.call_tool("search_messages", {"query": "hello", "session_id": session})
+        )
+        hits = [str(r["message_id"]) for r in found["results"]]
+        if hits != [message_id]:
+            raise SmokeError(f"search_messages found {hits!r}, not {message_id}")
         return message_id
 
 
@@ -165,13 +173,13 @@ def interleaved_medians(runs: list[tuple[list[str], dict[str, str]]], count: int
     return [statistics.median(series) for series in times]
 
 
-def run(dist: Path, visible: bool, timings: int) -> None:
+def run(dist: Path, visible: bool, timings: int, app_data_dir: Path | None = None) -> None:
     dist = dist.resolve()
     cli, shim, app = exe(dist, "convmem-cli"), exe(dist, "convmem-shim"), exe(dist, "ConvMem")
     work = Path(tempfile.mkdtemp(prefix="convmem-smoke-"))
     env = child_env(work, visible)
     errlog_path = work / "stderr.log"
-    app_dir = work / "app-data"
+    app_dir = app_data_dir.resolve() if app_data_dir else work / "app-data"
     app_may_run = False
     try:
         with errlog_path.open("w") as errlog:
@@ -185,14 +193,16 @@ def run(dist: Path, visible: bool, timings: int) -> None:
                 command=str(cli), args=["serve", "--data-dir", str(serve_dir)], env=env
             )
             anyio.run(write_and_read, serve, errlog, "frozen-serve")
-            print("ok  convmem-cli serve: write_message + read_messages over stdio")
+            print("ok  convmem-cli serve: write_message + read_messages + search over stdio")
 
             through_shim = StdioServerParameters(
                 command=str(shim), args=["--data-dir", str(app_dir)], env=env
             )
             started = time.perf_counter()
             app_may_run = True
-            message_id = anyio.run(write_and_read, through_shim, errlog, "frozen-shim")
+            # A fresh session: a given --app-data-dir may hold earlier runs' messages.
+            session = f"frozen-shim-{os.urandom(6).hex()}"
+            message_id = anyio.run(write_and_read, through_shim, errlog, session)
             elapsed = time.perf_counter() - started
             status = control_through_shim(shim, app_dir, env, "status")
             pid = int(status["pid"])
@@ -212,7 +222,7 @@ def run(dist: Path, visible: bool, timings: int) -> None:
             reread = StdioServerParameters(
                 command=str(cli), args=["serve", "--data-dir", str(app_dir)], env=env
             )
-            ids = anyio.run(read_session, reread, errlog, "frozen-shim")
+            ids = anyio.run(read_session, reread, errlog, session)
             if ids != [message_id]:
                 raise SmokeError(f"after the app quit, serve read {ids!r}")
             print("ok  convmem-cli serve reads what the app acknowledged (lock released)")
@@ -253,9 +263,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dist", type=Path, help="the folder PyInstaller made (dist/ConvMem)")
     parser.add_argument("--visible", action="store_true", help="run the app on the real screen")
     parser.add_argument("--timings", type=int, default=0, metavar="N", help="startup figures")
+    parser.add_argument(
+        "--app-data-dir", type=Path, help="data folder for the app checks (default: temporary)"
+    )
     args = parser.parse_args(argv)
     try:
-        run(args.dist, args.visible, args.timings)
+        run(args.dist, args.visible, args.timings, args.app_data_dir)
     except SmokeError as exc:
         print(f"FAIL {exc}", file=sys.stderr)
         return 1

@@ -28,9 +28,12 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-INSTALLER = ROOT / "installer"
-EXECUTABLES = ("ConvMem", "convmem-cli", "convmem-shim")
+from tests.installer.installer_helpers import INSTALLER, ROOT, clean_env, need
+from tests.installer.installer_helpers import throwaway_certificate as make_certificate
+
+IS_WINDOWS = sys.platform == "win32"
+EXE = ".exe" if IS_WINDOWS else ""
+EXECUTABLES = tuple(name + EXE for name in ("ConvMem", "convmem-cli", "convmem-shim"))
 SHIM_OWN_MODULES = {
     "convmem_app",
     "convmem_app.shim",
@@ -83,24 +86,37 @@ def test_one_folder_layout(frozen_dist: Path) -> None:
     assert sorted(p.name for p in resources.glob("convmem-*.png")) == sorted(
         p.name for p in (ROOT / "convmem_app" / "resources").glob("convmem-*.png")
     )
-    qt = internal / "PySide6" / "Qt"
-    plugins = {p.relative_to(qt / "plugins").as_posix() for p in (qt / "plugins").rglob("*.so")}
-    assert "platforms/libqoffscreen.so" in plugins and "platforms/libqxcb.so" in plugins
-    assert "iconengines/libqsvgicon.so" in plugins
+    # Qt's plugins: PySide6/Qt/plugins/libq*.so on Linux, PySide6/plugins/q*.dll on Windows.
+    qt = internal / "PySide6" if IS_WINDOWS else internal / "PySide6" / "Qt"
+    suffix, prefix = (".dll", "") if IS_WINDOWS else (".so", "lib")
+    plugins = {
+        p.relative_to(qt / "plugins").as_posix() for p in (qt / "plugins").rglob("*" + suffix)
+    }
+
+    def plugin(folder: str, name: str) -> str:
+        return f"{folder}/{prefix}q{name}{suffix}"
+
+    native = plugin("platforms", "windows" if IS_WINDOWS else "xcb")
+    assert plugin("platforms", "offscreen") in plugins and native in plugins
+    assert plugin("iconengines", "svgicon") in plugins
     assert {p for p in plugins if p.startswith("imageformats/")} == {
-        "imageformats/libqico.so",
-        "imageformats/libqsvg.so",
+        plugin("imageformats", "ico"),
+        plugin("imageformats", "svg"),
     }
     assert not any(p.startswith(("tls/", "networkinformation/")) for p in plugins)
     assert not (qt / "translations").exists()
-    for unused in ("mypy", "tkinter", "PySide6/QtQml.abi3.so", "PySide6/QtDBus.abi3.so"):
+    if IS_WINDOWS:  # Mesa's software OpenGL and the D3D shader compiler are left out
+        assert not list(internal.rglob("opengl32sw.dll"))
+        assert not list(internal.rglob("d3dcompiler_*.dll"))
+    module = ".pyd" if IS_WINDOWS else ".abi3.so"
+    for unused in ("mypy", "tkinter", f"PySide6/QtQml{module}", f"PySide6/QtDBus{module}"):
         assert not (internal / unused).exists(), unused
 
 
 def test_the_shim_carries_only_the_standard_library(frozen_dist: Path) -> None:
     from PyInstaller.archive.readers import CArchiveReader
 
-    archive = CArchiveReader(str(frozen_dist / "convmem-shim"))
+    archive = CArchiveReader(str(frozen_dist / ("convmem-shim" + EXE)))
     modules = set(archive.open_embedded_archive("PYZ.pyz").toc)
     ours = {name for name in modules if name.split(".")[0] == "convmem_app"}
     assert ours == SHIM_OWN_MODULES
@@ -113,7 +129,7 @@ def test_the_shim_carries_only_the_standard_library(frozen_dist: Path) -> None:
     assert not any(name.startswith("pyi_rth_inspect") for name in archive.toc)
     # The app's executable has the rest.
     app_modules = set(
-        CArchiveReader(str(frozen_dist / "ConvMem")).open_embedded_archive("PYZ.pyz").toc
+        CArchiveReader(str(frozen_dist / ("ConvMem" + EXE))).open_embedded_archive("PYZ.pyz").toc
     )
     assert {"convmem_app.shell.app", "convmem_engine.mcp", "mcp"} <= app_modules
 
@@ -134,12 +150,6 @@ def test_frozen_programs_smoke(frozen_dist: Path) -> None:
 # ---- NSIS and Authenticode -------------------------------------------------------------------
 
 
-def _need(*tools: str) -> None:
-    missing = [tool for tool in tools if shutil.which(tool) is None]
-    if missing:
-        pytest.skip(f"not installed: {', '.join(missing)} (apt-get install nsis osslsigncode)")
-
-
 @pytest.fixture
 def stub_dist(tmp_path: Path) -> Path:
     """Where the Windows build would be: stub files named like its executables and runtime."""
@@ -158,58 +168,7 @@ def stub_dist(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def throwaway_certificate(tmp_path: Path) -> dict[str, str]:
-    """A self-signed code-signing certificate valid for two days, as sign.sh expects it."""
-    _need("openssl")
-    folder = tmp_path / "cert"
-    folder.mkdir()
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-sha256",
-            "-days",
-            "2",
-            "-nodes",
-            "-subj",
-            "/CN=ConvMem throwaway test signer",
-            "-addext",
-            "extendedKeyUsage=codeSigning",
-            "-addext",
-            "keyUsage=digitalSignature",
-            "-keyout",
-            str(folder / "key.pem"),
-            "-out",
-            str(folder / "cert.pem"),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    (folder / "password").write_text("throwaway")
-    subprocess.run(
-        [
-            "openssl",
-            "pkcs12",
-            "-export",
-            "-inkey",
-            str(folder / "key.pem"),
-            "-in",
-            str(folder / "cert.pem"),
-            "-out",
-            str(folder / "cert.pfx"),
-            "-passout",
-            f"file:{folder / 'password'}",
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return {
-        "CONVMEM_SIGN_PFX": str(folder / "cert.pfx"),
-        "CONVMEM_SIGN_PASSWORD_FILE": str(folder / "password"),
-        "CONVMEM_SIGN_CAFILE": str(folder / "cert.pem"),
-    }
+    return make_certificate(tmp_path / "cert")
 
 
 def _makensis(dist: Path, outfile: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -230,10 +189,6 @@ def _makensis(dist: Path, outfile: Path, env: dict[str, str]) -> subprocess.Comp
     )
 
 
-def _clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("CONVMEM_SIGN_")}
-
-
 def _verify(path: Path, cafile: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["osslsigncode", "verify", "-CAfile", cafile, "-in", str(path)],
@@ -243,9 +198,9 @@ def _verify(path: Path, cafile: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_nsis_script_compiles_unsigned(stub_dist: Path, tmp_path: Path) -> None:
-    _need("makensis", "osslsigncode")
+    need("makensis", "osslsigncode")
     outfile = tmp_path / "ConvMem-setup.exe"
-    done = _makensis(stub_dist, outfile, _clean_env())
+    done = _makensis(stub_dist, outfile, clean_env())
     assert done.returncode == 0, done.stdout + done.stderr
     assert outfile.read_bytes()[:2] == b"MZ"
     assert "sign.sh" not in done.stdout  # no certificate configured: no signing hook
@@ -256,10 +211,10 @@ def test_nsis_script_compiles_unsigned(stub_dist: Path, tmp_path: Path) -> None:
 
 
 def test_nsis_refuses_a_missing_build(tmp_path: Path) -> None:
-    _need("makensis")
+    need("makensis")
     empty = tmp_path / "empty"
     empty.mkdir()
-    done = _makensis(empty, tmp_path / "x.exe", _clean_env())
+    done = _makensis(empty, tmp_path / "x.exe", clean_env())
     assert done.returncode != 0
     assert "build the app first" in done.stdout + done.stderr
 
@@ -267,9 +222,9 @@ def test_nsis_refuses_a_missing_build(tmp_path: Path) -> None:
 def test_nsis_signs_installer_and_uninstaller(
     stub_dist: Path, tmp_path: Path, throwaway_certificate: dict[str, str]
 ) -> None:
-    _need("makensis", "osslsigncode")
+    need("makensis", "osslsigncode")
     outfile = tmp_path / "ConvMem-setup.exe"
-    env = _clean_env() | throwaway_certificate
+    env = clean_env() | throwaway_certificate
     done = _makensis(stub_dist, outfile, env)
     assert done.returncode == 0, done.stdout + done.stderr
     signed = [line for line in done.stdout.splitlines() if line.startswith("sign.sh: signed ")]
@@ -302,27 +257,13 @@ def test_nsis_signs_installer_and_uninstaller(
 def test_a_failing_signature_fails_the_build(
     stub_dist: Path, tmp_path: Path, throwaway_certificate: dict[str, str]
 ) -> None:
-    _need("makensis", "osslsigncode")
+    need("makensis", "osslsigncode")
     wrong = tmp_path / "wrong-password"
     wrong.write_text("not the password")
-    env = _clean_env() | throwaway_certificate | {"CONVMEM_SIGN_PASSWORD_FILE": str(wrong)}
+    env = clean_env() | throwaway_certificate | {"CONVMEM_SIGN_PASSWORD_FILE": str(wrong)}
     done = _makensis(stub_dist, tmp_path / "ConvMem-setup.exe", env)
     assert done.returncode != 0
     assert "sign.sh: signed" not in done.stdout
-
-
-def test_sign_sh_refuses_without_a_certificate(tmp_path: Path) -> None:
-    target = tmp_path / "x.exe"
-    target.write_bytes(b"MZ")
-    done = subprocess.run(
-        ["sh", str(INSTALLER / "sign.sh"), str(target)],
-        capture_output=True,
-        text=True,
-        env=_clean_env(),
-    )
-    assert done.returncode == 2
-    assert "CONVMEM_SIGN_PFX is not set" in done.stderr
-    assert target.read_bytes() == b"MZ"
 
 
 # ---- the installer running under Wine ---------------------------------------------------------
@@ -339,7 +280,7 @@ class Wine:
     """A private 64-bit Wine prefix (no display: silent installs only)."""
 
     def __init__(self, prefix: Path) -> None:
-        self.env = _clean_env() | {
+        self.env = clean_env() | {
             "WINEPREFIX": str(prefix),
             "WINEDEBUG": "-all",
             "PATH": f"{_wine_dir()}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -411,7 +352,7 @@ def test_installer_and_uninstaller_run_under_wine(
 ) -> None:
     """The compiled script's logic, run for real: 64-bit stub (`-DTARGET=amd64-unicode`, as
     Debian's Wine is 64-bit only); the shipped x86-unicode stub runs the same script."""
-    _need("makensis")
+    need("makensis")
     setup = tmp_path / "ConvMem-setup.exe"
     done = subprocess.run(
         [
@@ -426,7 +367,7 @@ def test_installer_and_uninstaller_run_under_wine(
         cwd=ROOT,
         capture_output=True,
         text=True,
-        env=_clean_env(),
+        env=clean_env(),
     )
     assert done.returncode == 0, done.stdout + done.stderr
 
