@@ -5,10 +5,17 @@ Standard library only (no Qt, no `mcp`, no engine): it must start in a few milli
 - Data dir: `--data-dir`, else `CONVMEM_DATA_DIR`, else the platform default; the pipe name
   comes from `convmem_app.shim.paths.endpoint` (a Unix socket in a private 0700 directory, or a
   Windows named pipe).
+- The endpoint must be served by a process of our own user (Linux/macOS: the socket's peer
+  credentials, the socket's and its private directory's owner; Windows: the user SID of the
+  pipe's server process): another user could create a pipe of the same, predictable name
+  first. Anything else is refused with a clear message.
 - Nobody listening: start the app detached (`convmem app --minimized --data-dir D`) and wait
   for its pipe, at most `--start-timeout` seconds (default 15, env
   `CONVMEM_SHIM_START_TIMEOUT`; 0 = never start the app). Shims starting at the same moment
-  take a launch lock so only one of them starts an app.
+  take a launch lock so only one of them starts an app. Started by an MSIX-packaged host
+  (Claude Desktop's current Windows installer), whose children write new AppData entries into
+  the host's private copy, the app is started outside the package (through WMI), or the user
+  is told to start ConvMem first.
 - Bytes pass both ways unchanged, one thread per direction. The shim only looks at the line
   structure to know which requests are still unanswered.
 - Host closes stdin: the socket is NOT half-closed (the app's QLocalSocket would take that for
@@ -27,10 +34,12 @@ import argparse
 import json
 import os
 import re
+import stat
+import struct
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, NoReturn, Protocol
@@ -41,9 +50,15 @@ START_TIMEOUT_DEFAULT = 15.0
 DRAIN_TIMEOUT_DEFAULT = 5.0
 CHUNK = 65536
 IS_WINDOWS = sys.platform == "win32"
-# The bundled tray app (installer/convmem.spec). Not `convmem.exe`: Windows names are
-# case-insensitive and the console command line is `convmem-cli.exe`.
-FROZEN_APP_NAME = "ConvMem.exe" if IS_WINDOWS else "ConvMem"
+
+
+def frozen_app_name(windows: bool = IS_WINDOWS) -> str:
+    """The bundled tray app (installer/convmem.spec). Not `convmem.exe`: Windows names are
+    case-insensitive and the console command line is `convmem-cli.exe`."""
+    return "ConvMem.exe" if windows else "ConvMem"
+
+
+FROZEN_APP_NAME = frozen_app_name()
 
 _RESPONSE_HEAD = re.compile(
     rb'\{"jsonrpc":"2\.0","id":("(?:[^"\\]|\\.)*"|-?\d+),"(result|error|method)"'
@@ -67,10 +82,58 @@ class Connection(Protocol):
 # ---- connecting -----------------------------------------------------------------------------
 
 
+def refuse_foreign_owner(endpoint_name: str, owner: str) -> ShimError:
+    """The error for an endpoint served or owned by someone else (never connect to it)."""
+    return ShimError(
+        f"refusing {endpoint_name}: it belongs to {owner}, not to you. Another user may be "
+        "pretending to be ConvMem; quit that program or use another --data-dir"
+    )
+
+
+def peer_uid(sock: Any) -> int | None:
+    """The user id of the process at the other end of a connected Unix socket (Linux:
+    SO_PEERCRED; macOS: LOCAL_PEERCRED); None where the system does not tell."""
+    import socket
+
+    if hasattr(socket, "SO_PEERCRED"):
+        data = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _pid, uid, _gid = struct.unpack("3i", data)
+        return int(uid)
+    if sys.platform == "darwin":
+        sol_local, local_peercred = 0, 0x001  # <sys/un.h>
+        data = sock.getsockopt(sol_local, local_peercred, 76)  # struct xucred
+        return int(struct.unpack_from("=I", data, 4)[0])  # cr_version, then cr_uid
+    return None
+
+
+def check_socket_file(path: str, uid: int) -> None:
+    """The socket must be a socket owned by `uid`, in a directory owned by `uid` that no one
+    else may enter (0700: nobody else can have planted the socket)."""
+    folder = os.path.dirname(path)
+    try:
+        folder_info = os.lstat(folder)
+        info = os.lstat(path)
+    except FileNotFoundError:
+        raise NotListening from None
+    if folder_info.st_uid != uid:
+        raise refuse_foreign_owner(f"the socket directory {folder}", f"uid {folder_info.st_uid}")
+    if stat.S_IMODE(folder_info.st_mode) & 0o077:
+        raise ShimError(
+            f"refusing the socket directory {folder}: other users may write to it "
+            f"(mode {stat.S_IMODE(folder_info.st_mode):o}, must be 700)"
+        )
+    if not stat.S_ISSOCK(info.st_mode):
+        raise ShimError(f"refusing {path}: it is not a socket")
+    if info.st_uid != uid:
+        raise refuse_foreign_owner(f"the socket {path}", f"uid {info.st_uid}")
+
+
 class _UnixConnection:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, uid: int | None = None) -> None:
         import socket
 
+        uid = os.getuid() if uid is None else uid
+        check_socket_file(path, uid)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.connect(path)
@@ -80,6 +143,13 @@ class _UnixConnection:
         except OSError as exc:
             sock.close()
             raise ShimError(f"cannot connect to the app's socket {path}: {exc.strerror}") from exc
+        try:
+            served_by = peer_uid(sock)
+        except OSError:
+            served_by = None
+        if served_by is not None and served_by != uid:
+            sock.close()
+            raise refuse_foreign_owner(f"the socket {path}", f"a process of uid {served_by}")
         self._sock = sock
 
     def send(self, data: bytes) -> None:
@@ -92,26 +162,39 @@ class _UnixConnection:
         self._sock.close()
 
 
-class _WindowsPipeConnection:
-    """An overlapped named-pipe client on a private Proactor loop, with a blocking face.
+OpenConnection = Callable[[Any, Callable[[], Any], str], Any]
 
-    A plain `open(r'\\\\.\\pipe\\X', 'r+b')` handle is synchronous: a thread blocked reading it
-    would block the other thread's write. asyncio's Proactor uses overlapped I/O."""
 
-    def __init__(self, path: str, timeout: float) -> None:
+class _LoopConnection:
+    """A stream client on a private asyncio loop, with a blocking face (send/recv/close).
+
+    On Windows: a Proactor loop and an overlapped named-pipe client (a plain
+    `open(r"\\\\.\\pipe\\X", "r+b")` handle is synchronous: a thread blocked reading it would
+    block the other thread's write). The loop and the opener are parameters, so the same code
+    runs in tests anywhere (a selector loop and a Unix socket)."""
+
+    def __init__(
+        self,
+        path: str,
+        timeout: float,
+        loop_factory: Callable[[], Any],
+        open_connection: OpenConnection,
+        verify: Callable[[Any], None] | None = None,
+    ) -> None:
         import asyncio
         import queue
 
         self._asyncio = asyncio
         self._incoming: queue.Queue[bytes] = queue.Queue()
-        self._loop = asyncio.ProactorEventLoop()  # type: ignore[attr-defined,unused-ignore]
+        self._loop = loop_factory()
         self._can_write = asyncio.Event()
+        self._lost = threading.Event()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
-        future = asyncio.run_coroutine_threadsafe(self._connect(path), self._loop)
+        future = asyncio.run_coroutine_threadsafe(self._connect(path, open_connection), self._loop)
         try:
             self._transport = future.result(timeout)
-        except FileNotFoundError as exc:
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
             self._stop_loop()
             raise NotListening from exc
         except TimeoutError as exc:
@@ -121,8 +204,14 @@ class _WindowsPipeConnection:
         except OSError as exc:
             self._stop_loop()
             raise ShimError(f"cannot connect to the app's pipe {path}: {exc}") from exc
+        if verify is not None:
+            try:
+                verify(self._transport)
+            except BaseException:
+                self.close()
+                raise
 
-    async def _connect(self, path: str) -> Any:
+    async def _connect(self, path: str, open_connection: OpenConnection) -> Any:
         import asyncio
 
         shim = self
@@ -137,6 +226,7 @@ class _WindowsPipeConnection:
             def connection_lost(self, exc: Exception | None) -> None:
                 shim._incoming.put(b"")
                 shim._can_write.set()
+                shim._lost.set()
 
             def pause_writing(self) -> None:
                 shim._can_write.clear()
@@ -144,9 +234,8 @@ class _WindowsPipeConnection:
             def resume_writing(self) -> None:
                 shim._can_write.set()
 
-        loop = self._asyncio.get_running_loop()
-        transport, _protocol = await loop.create_pipe_connection(  # type: ignore[attr-defined,unused-ignore]
-            _Protocol, path
+        transport, _protocol = await open_connection(
+            self._asyncio.get_running_loop(), _Protocol, path
         )
         return transport
 
@@ -164,27 +253,72 @@ class _WindowsPipeConnection:
 
     def close(self) -> None:
         self._loop.call_soon_threadsafe(self._transport.close)
+        self._lost.wait(2.0)  # the transport closes its handle on a later loop iteration
         self._stop_loop()
 
     def _stop_loop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(2.0)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+
+def check_pipe_server(
+    path: str,
+    server_pid: int,
+    sid_of: Callable[[int | None], str],
+) -> None:
+    """The named pipe's server process must run as our user: compare the user SIDs of its token
+    and ours (`sid_of(None)`). A process we may not even query is someone else's."""
+    try:
+        theirs = sid_of(server_pid)
+    except OSError as exc:
+        raise refuse_foreign_owner(
+            f"the pipe {path}", f"process {server_pid}, which we may not inspect ({exc})"
+        ) from None
+    ours = sid_of(None)
+    if theirs != ours:
+        raise refuse_foreign_owner(f"the pipe {path}", f"process {server_pid} of user {theirs}")
+
+
+def _verify_windows_pipe(path: str) -> Callable[[Any], None]:
+    def verify(transport: Any) -> None:
+        from convmem_app.shim import winapi
+
+        handle = transport.get_extra_info("pipe").handle
+        check_pipe_server(path, winapi.pipe_server_pid(handle), winapi.process_user_sid)
+
+    return verify
+
+
+def _open_pipe(loop: Any, factory: Callable[[], Any], path: str) -> Any:
+    return loop.create_pipe_connection(factory, path)
 
 
 def connect(name: str, timeout: float = 5.0) -> Connection:
     """Connect to the app's endpoint; NotListening when no app is there."""
     if IS_WINDOWS:
-        return _WindowsPipeConnection(windows_pipe_path(name), timeout)
+        import asyncio
+
+        path = windows_pipe_path(name)
+        return _LoopConnection(
+            path,
+            timeout,
+            asyncio.ProactorEventLoop,  # type: ignore[attr-defined,unused-ignore]
+            _open_pipe,
+            _verify_windows_pipe(path),
+        )
     return _UnixConnection(name)
 
 
 # ---- starting the app -----------------------------------------------------------------------
 
 
-def frozen_app_executable() -> Path:
+def frozen_app_executable(executable: str | None = None, windows: bool = IS_WINDOWS) -> Path:
     """In a bundled build (installer/convmem.spec) the windowed tray app, `ConvMem[.exe]`,
     sits in the same folder as every other ConvMem executable."""
-    return Path(sys.executable).resolve().parent / FROZEN_APP_NAME
+    running = Path(executable or sys.executable).resolve()
+    return running.parent / frozen_app_name(windows)
 
 
 def app_command(data_dir: Path) -> list[str]:
@@ -195,8 +329,104 @@ def app_command(data_dir: Path) -> list[str]:
     return [sys.executable, "-m", "convmem_app", "app", *tail]
 
 
-def spawn_app(data_dir: Path) -> Any:
-    """Start the app detached from us: own session / no console, stdio to the null device."""
+# Windows process creation flags (winbase.h); numbers, so the logic is testable anywhere.
+DETACHED_PROCESS = 0x00000008  # no console: the app is windowed, the shim's console is the host's
+CREATE_NEW_PROCESS_GROUP = 0x00000200  # the host's Ctrl+C does not reach the app
+CREATE_BREAKAWAY_FROM_JOB = 0x01000000  # outlive a host that kills its job's processes
+CREATE_NO_WINDOW = 0x08000000
+
+
+def windows_creation_flags() -> list[int]:
+    """The flag sets to try in order: break away from the host's job object when the job allows
+    it, else stay in it (the app then ends with the host, but it starts)."""
+    base = DETACHED_PROCESS | CREATE_NEW_PROCESS_GROUP
+    return [base | CREATE_BREAKAWAY_FROM_JOB, base]
+
+
+class Process(Protocol):
+    def poll(self) -> int | None: ...
+
+
+def start_windows_process(
+    command: list[str], options: dict[str, Any], popen: Callable[..., Any]
+) -> Process:
+    """Start `command` detached; when the host's job forbids breaking away (access denied),
+    start it again without asking to."""
+    attempts = windows_creation_flags()
+    for index, flags in enumerate(attempts):
+        try:
+            process: Process = popen(command, creationflags=flags, **options)
+            return process
+        except OSError:
+            if index == len(attempts) - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+# Started by a packaged (MSIX) host, we start the app through WMI: Win32_Process.Create runs it
+# from the WMI service, outside the host's package (its AppData redirection), job and console.
+# The command line travels in the environment, never inside the script text.
+WMI_LAUNCH_SCRIPT = (
+    "$ErrorActionPreference = 'Stop'; "
+    "$a = @{ CommandLine = $env:CONVMEM_LAUNCH_COMMAND }; "
+    "if ($env:CONVMEM_LAUNCH_CWD) { $a.CurrentDirectory = $env:CONVMEM_LAUNCH_CWD }; "
+    "$r = Invoke-CimMethod -ClassName Win32_Process -MethodName Create -Arguments $a; "
+    "if ($r.ReturnValue -ne 0) { [Console]::Out.Write('error ' + $r.ReturnValue); exit 3 }; "
+    "[Console]::Out.Write('pid ' + $r.ProcessId)"
+)
+
+
+def outside_package_invocation(
+    command: list[str], cwd: str | None, system_dir: str
+) -> tuple[list[str], dict[str, str]]:
+    """The PowerShell command (by absolute path: a packaged host may hand its children an empty
+    WINDIR and a PATHEXT of `.CPL`) and the environment variables that start `command` through
+    WMI."""
+    import ntpath
+    import subprocess
+
+    powershell = ntpath.join(system_dir, "WindowsPowerShell", "v1.0", "powershell.exe")
+    argv = [powershell, "-NoProfile", "-NonInteractive", "-Command", WMI_LAUNCH_SCRIPT]
+    env = {"CONVMEM_LAUNCH_COMMAND": subprocess.list2cmdline(command)}
+    if cwd:
+        env["CONVMEM_LAUNCH_CWD"] = cwd
+    return argv, env
+
+
+def parse_wmi_launch(returncode: int, stdout: str) -> int:
+    """The new process id from the launch script's output, or a ShimError."""
+    words = stdout.strip().split()
+    if returncode == 0 and len(words) == 2 and words[0] == "pid" and words[1].isdigit():
+        return int(words[1])
+    detail = f"Win32_Process.Create returned {words[1]}" if words[:1] == ["error"] else ""
+    raise ShimError(
+        "this host runs as a packaged (MSIX) app, and starting ConvMem outside its package "
+        f"failed{' (' + detail + ')' if detail else ''}. Start ConvMem from the Start menu "
+        "first (or turn on its Start at login), then restart the host's MCP server"
+    )
+
+
+class _ProcessById:
+    """A process we did not start ourselves (WMI did): polled through its id."""
+
+    def __init__(self, pid: int, exit_code: Callable[[int], int | None]) -> None:
+        self.pid = pid
+        self._exit_code = exit_code
+
+    def poll(self) -> int | None:
+        return self._exit_code(self.pid)
+
+
+def packaged_host_message(package: str) -> str:
+    return (
+        f"started by a packaged (MSIX) host ({package}): its programs write new AppData "
+        "folders into the host's private copy"
+    )
+
+
+def spawn_app(data_dir: Path) -> Process:
+    """Start the app detached from us: own session / no console, stdio to the null device;
+    outside the host's package when the host is a packaged Windows app."""
     import subprocess
 
     command = app_command(data_dir)
@@ -216,18 +446,48 @@ def spawn_app(data_dir: Path) -> Any:
     }
     try:
         if IS_WINDOWS:
-            flags = (
-                subprocess.DETACHED_PROCESS  # type: ignore[attr-defined,unused-ignore]
-                | subprocess.CREATE_NEW_PROCESS_GROUP  # type: ignore[attr-defined,unused-ignore]
-            )
-            breakaway = 0x01000000  # CREATE_BREAKAWAY_FROM_JOB: outlive a host's job object
-            try:
-                return subprocess.Popen(command, creationflags=flags | breakaway, **options)
-            except OSError:  # the job forbids breaking away
-                return subprocess.Popen(command, creationflags=flags, **options)
+            from convmem_app.shim import winapi
+
+            package = winapi.current_package_full_name()
+            if package is not None:
+                return _spawn_outside_package(command, options, package)
+            return start_windows_process(command, options, subprocess.Popen)
         return subprocess.Popen(command, start_new_session=True, **options)
     except OSError as exc:
         raise ShimError(f"cannot start the ConvMem app ({command[0]}): {exc.strerror}") from exc
+
+
+def _spawn_outside_package(command: list[str], options: dict[str, Any], package: str) -> Process:
+    import subprocess
+
+    from convmem_app.shim import winapi
+
+    argv, extra = outside_package_invocation(command, options["cwd"], winapi.system_directory())
+    try:
+        done = subprocess.run(
+            argv,
+            env=dict(options["env"], **extra),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            creationflags=CREATE_NO_WINDOW,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        raise ShimError(parse_wmi_launch_failure(package)) from None
+    try:
+        pid = parse_wmi_launch(done.returncode, done.stdout)
+    except ShimError as exc:
+        raise ShimError(f"{packaged_host_message(package)}; {exc}") from None
+    return _ProcessById(pid, winapi.process_exit_code)
+
+
+def parse_wmi_launch_failure(package: str) -> str:
+    try:
+        parse_wmi_launch(1, "")
+    except ShimError as exc:
+        return f"{packaged_host_message(package)}; {exc}"
+    raise AssertionError("unreachable")
 
 
 def _home() -> str | None:
@@ -237,20 +497,72 @@ def _home() -> str | None:
         return None
 
 
-@contextmanager
-def launch_lock(name: str, deadline: float) -> Iterator[None]:
-    """Serialise app launches for one endpoint across shims (bounded by `deadline`)."""
-    if IS_WINDOWS:
+class Locker(Protocol):
+    """One exclusive, non-blocking lock on an open file (OSError when someone else holds it)."""
+
+    def try_lock(self, fd: int) -> None: ...
+    def unlock(self, fd: int) -> None: ...
+
+
+class FlockLocker:
+    """Linux/macOS: flock(2); closing the descriptor releases it."""
+
+    def try_lock(self, fd: int) -> None:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+    def unlock(self, fd: int) -> None:
+        pass
+
+
+class MsvcrtLocker:
+    """Windows: a byte-range lock on the file's first byte (`msvcrt.locking` locks from the
+    current position), released explicitly before the handle closes (Windows wants that)."""
+
+    def __init__(self, msvcrt: Any) -> None:
+        self._msvcrt = msvcrt
+
+    def try_lock(self, fd: int) -> None:
+        os.lseek(fd, 0, os.SEEK_SET)
+        self._msvcrt.locking(fd, self._msvcrt.LK_NBLCK, 1)
+
+    def unlock(self, fd: int) -> None:
+        with suppress(OSError):
+            os.lseek(fd, 0, os.SEEK_SET)
+            self._msvcrt.locking(fd, self._msvcrt.LK_UNLCK, 1)
+
+
+def launch_lock_path(name: str, windows: bool = IS_WINDOWS, temp_dir: str | None = None) -> str:
+    """Next to the socket (in the private socket directory); on Windows, where the endpoint is
+    a pipe name, in the user's temporary folder."""
+    if windows:
+        import ntpath
         import tempfile
 
-        path = os.path.join(tempfile.gettempdir(), f"{name}.launch")
-    else:
-        path = f"{name}.launch"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        return ntpath.join(temp_dir or tempfile.gettempdir(), f"{name}.launch")
+    return f"{name}.launch"
+
+
+def _default_locker() -> Locker:
+    if IS_WINDOWS:
+        import msvcrt
+
+        return MsvcrtLocker(msvcrt)
+    return FlockLocker()
+
+
+@contextmanager
+def launch_lock(
+    name: str, deadline: float, locker: Locker | None = None, path: str | None = None
+) -> Iterator[None]:
+    """Serialise app launches for one endpoint across shims (bounded by `deadline`)."""
+    locker = locker or _default_locker()
+    fd = os.open(path or launch_lock_path(name), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         while True:
             try:
-                _try_lock(fd)
+                locker.try_lock(fd)
                 break
             except OSError:
                 if time.monotonic() >= deadline:
@@ -258,26 +570,12 @@ def launch_lock(name: str, deadline: float) -> Iterator[None]:
                         "another convmem-shim kept starting the app for too long"
                     ) from None
                 time.sleep(0.02)
-        yield
+        try:
+            yield
+        finally:
+            locker.unlock(fd)
     finally:
-        if IS_WINDOWS:  # Windows wants byte-range locks released before the handle closes
-            import msvcrt
-
-            with suppress(OSError):
-                os.lseek(fd, 0, os.SEEK_SET)
-                msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)  # type: ignore[attr-defined,unused-ignore]
-        os.close(fd)  # closing the descriptor releases the lock
-
-
-def _try_lock(fd: int) -> None:
-    if IS_WINDOWS:
-        import msvcrt
-
-        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)  # type: ignore[attr-defined,unused-ignore]
-    else:
-        import fcntl
-
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.close(fd)  # closing the descriptor releases a lock still held
 
 
 def connect_or_start(name: str, data_dir: Path, start_timeout: float) -> Connection:
@@ -378,6 +676,15 @@ class _Outstanding:
                 if remaining <= 0:
                     return
                 self._cond.wait(remaining)
+
+
+O_BINARY = 0x8000  # <fcntl.h> of the Microsoft C runtime (os.O_BINARY on Windows)
+
+
+def binary_stdio(setmode: Callable[[int, int], object], fds: tuple[int, ...] = (0, 1)) -> None:
+    """Windows: protocol bytes pass unchanged (no CRLF translation, no Ctrl+Z end of file)."""
+    for fd in fds:
+        setmode(fd, O_BINARY)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -503,8 +810,7 @@ def main(argv: list[str] | None = None) -> int:
         if IS_WINDOWS:
             import msvcrt
 
-            for fd in (0, 1):
-                msvcrt.setmode(fd, os.O_BINARY)  # type: ignore[attr-defined,unused-ignore]
+            binary_stdio(msvcrt.setmode)  # type: ignore[attr-defined,unused-ignore]
         data_dir = resolve_data_dir(args.data_dir)
         try:
             name = endpoint(data_dir)

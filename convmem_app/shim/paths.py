@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import getpass
 import hashlib
+import ntpath
 import os
 import stat
 import sys
@@ -45,11 +46,17 @@ def _user() -> str:
         name = getpass.getuser()
     except (KeyError, OSError):
         name = str(os.getuid()) if hasattr(os, "getuid") else "user"
+    return pipe_user(name)
+
+
+def pipe_user(name: str) -> str:
+    """The user name as it appears in a pipe name: letters, digits, `-` and `_`, at most 32."""
     return "".join(ch for ch in name if ch.isalnum() or ch in "-_")[:32] or "user"
 
 
-def _digest(data_dir: Path) -> str:
-    key = os.path.normcase(str(data_dir))
+def _digest(data_dir: Path | str, windows: bool) -> str:
+    # Windows paths are case-insensitive and take either slash: one folder, one name.
+    key = ntpath.normcase(str(data_dir)) if windows else str(data_dir)
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
 
 
@@ -85,12 +92,17 @@ def runtime_dir() -> Path:
     return base
 
 
+def windows_pipe_name(data_dir: Path | str, user: str) -> str:
+    """The pipe name (QLocalServer's, which listens on `\\\\.\\pipe\\<name>`) for a data dir and
+    a user: `convmem-<user>-<16 hex digits of the folder's SHA-256>`."""
+    return f"convmem-{pipe_user(user)}-{_digest(data_dir, windows=True)}"
+
+
 def endpoint(data_dir: Path) -> str:
     """The QLocalServer name / socket path the app for `data_dir` listens on."""
-    digest = _digest(data_dir)
     if sys.platform == "win32":
-        return f"convmem-{_user()}-{digest}"
-    return str(runtime_dir() / f"{digest}.sock")
+        return windows_pipe_name(data_dir, _user())
+    return str(runtime_dir() / f"{_digest(data_dir, windows=False)}.sock")
 
 
 def windows_pipe_path(name: str) -> str:

@@ -39,6 +39,7 @@ SHIM_OWN_MODULES = {
     "convmem_app.shim",
     "convmem_app.shim.launcher",
     "convmem_app.shim.paths",
+    "convmem_app.shim.winapi",
 }
 
 pytestmark = pytest.mark.slow
