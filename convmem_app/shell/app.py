@@ -45,7 +45,7 @@ from PySide6.QtNetwork import QLocalSocket
 from PySide6.QtWidgets import QApplication
 
 from convmem_app.hosts.configure import shim_command
-from convmem_app.shell import autostart
+from convmem_app.shell import autostart, claude_desktop
 from convmem_app.shell.pipe_bridge import ListenError, PipeBridge, control_line
 from convmem_app.shell.startup_error import StartupErrorWindow, describe
 from convmem_app.shell.tray import Tray, app_icon
@@ -370,7 +370,7 @@ class ConvMemApp(QObject):
     def copy_host_configuration(self) -> str:
         text = host_configuration(self.data_dir)
         QGuiApplication.clipboard().setText(text)
-        self._notify("Host configuration copied", "Paste it into your LLM host's MCP settings.")
+        self._notify("Host configuration copied", claude_desktop.paste_hint())
         return text
 
     def refresh_health(self) -> None:

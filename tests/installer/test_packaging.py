@@ -135,6 +135,25 @@ def test_the_shim_carries_only_the_standard_library(frozen_dist: Path) -> None:
     assert {"convmem_app.shell.app", "convmem_engine.mcp", "mcp"} <= app_modules
 
 
+def test_serve_starts_without_qt(frozen_dist: Path) -> None:
+    """The app's and command line's executables leave out PyInstaller's PySide6 run-time hook
+    (it imports QtCore at every start, `serve` included) and ship anyio's sources (its lazy
+    imports parse them; without them it imports every submodule)."""
+    from PyInstaller.archive.readers import CArchiveReader
+
+    for name in ("ConvMem", "convmem-cli"):
+        scripts = {
+            entry
+            for entry, (*_sizes, kind) in CArchiveReader(
+                str(frozen_dist / (name + EXE))
+            ).toc.items()
+            if kind == "s"
+        }
+        assert "pyi_rth_pyside6" not in scripts and "pyi_rth_multiprocessing" not in scripts
+        assert "convmem_main" in scripts
+    assert (frozen_dist / "_internal" / "anyio" / "__init__.py").is_file()
+
+
 def test_frozen_programs_smoke(frozen_dist: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(INSTALLER / "smoke_frozen.py"), str(frozen_dist)],
