@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import dataclasses
 import logging
 import sys
 from dataclasses import dataclass
@@ -60,6 +61,10 @@ class HttpRuntimeListener:
         return self.http.hosts
 
     def start(self, runtime: Runtime) -> None:
+        # The body limit admits the largest request the runtime's tools take: the runtime's
+        # message limit (raised by the agent part for its configured images) when larger.
+        limit = max(self.http.config.body_limit, getattr(runtime, "max_line_bytes", 0))
+        self.http.config = dataclasses.replace(self.http.config, body_limit=limit)
         try:
             self.http.bind()
         except HttpBindError as error:

@@ -130,3 +130,19 @@ def test_off_by_default(qtbot: QtBot, tmp_path: Path, runtime: Runtime) -> None:
     assert not (runtime.data_dir / "http-token").exists()
     control.detach()
     control.shutdown()
+
+
+def test_the_body_limit_follows_the_runtime_message_limit(tmp_path: Path, runtime: Runtime) -> None:
+    """The agent part raises the runtime's message limit for its configured images (base64
+    4/3); the HTTP listener admits the same."""
+    from convmem_engine.mcp.http_config import HttpConfig, max_body_bytes
+    from convmem_engine.mcp.http_token import HttpToken
+    from convmem_engine.runtime.http_listener import HttpRuntimeListener
+
+    raised = max_body_bytes(20 * 1024 * 1024)
+    runtime.max_line_bytes = raised  # type: ignore[attr-defined]
+    listener = HttpRuntimeListener(HttpToken(runtime.data_dir, {}), HttpConfig(port=0))
+    runtime.add_listener(listener)
+    assert listener.http.config.body_limit == raised
+    runtime.loop.submit(listener.stop(1)).result(30)
+    runtime.remove_listener(listener)
