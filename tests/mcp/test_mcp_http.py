@@ -267,7 +267,15 @@ def test_logs_carry_no_token_no_query_string_and_no_content(
         raw_request(live.port, json.dumps(HEALTH).encode(), target=f"/mcp?token={token}&q=needle")
         raw_request(live.port, json.dumps(HEALTH).encode(), token=token, target="/mcp?q=needle")
         raw_request(live.port, json.dumps(HEALTH).encode(), token="wrong-" + "w" * 40)
-    text = "\n".join(f"{r.name} {r.getMessage()}" for r in caplog.records)
+        for malformed in (  # uvicorn refuses these itself (400) and logs a warning
+            f"GET /mcp?token={token}&q=needle HTTP/1.1 extra\r\nHost: x\r\n\r\n",
+            f"POST /mcp?q=needle HTTP/1.1\r\nHost: x\r\nContent-Length: {token}\r\n\r\n",
+        ):
+            with socket.create_connection(("127.0.0.1", live.port), timeout=30) as sock:
+                sock.sendall(malformed.encode())
+                assert sock.recv(100).startswith(b"HTTP/1.1 400")
+    formatter = logging.Formatter("%(name)s %(message)s")  # with tracebacks, if any
+    text = "\n".join(formatter.format(r) for r in caplog.records)
     assert "POST /mcp 200" in text and "POST /mcp 401" in text
     for secret in (token, "needle", "secret-content", "wrong-"):
         assert secret not in text
