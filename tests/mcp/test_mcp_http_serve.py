@@ -90,6 +90,11 @@ def test_every_tool_in_both_eras_then_sigterm_releases_the_port(tmp_path: Path) 
         again.bind(("127.0.0.1", served.port))
     log = served.log.read_text()
     assert served.token not in log and "via legacy" not in log
+    with Served(data_dir, tmp_path / "again.log", "--no-stdio") as restarted:
+        assert restarted.token == served.token  # the token survives a restart
+        health = json.dumps(HEALTH).encode()
+        assert raw_request(restarted.port, health, token=served.token).status == 200
+        assert restarted.stop() == 0
 
 
 async def _every_tool(served: Served, mode: str) -> None:
@@ -106,18 +111,6 @@ async def _every_tool(served: Served, mode: str) -> None:
         await call(client, "delete_message", message_id=mid)
         await call(client, "rebuild_index")
         assert (await call(client, "get_system_health"))["status"] == "OK"
-
-
-def test_stdin_eof_does_not_stop_no_stdio_but_sigterm_does(tmp_path: Path) -> None:
-    log = tmp_path / "serve.log"
-    with Served(tmp_path / "data", log, "--no-stdio", stdin=subprocess.PIPE) as served:
-        assert served.proc.stdin is not None
-        served.proc.stdin.close()  # EOF
-        time.sleep(0.5)
-        assert served.proc.poll() is None
-        health = json.dumps(HEALTH).encode()
-        assert raw_request(served.port, health, token=served.token).status == 200
-        assert served.stop() == 0
 
 
 def test_stdio_and_http_at_once_lose_nothing(tmp_path: Path) -> None:
@@ -176,20 +169,6 @@ def test_stdio_and_http_at_once_lose_nothing(tmp_path: Path) -> None:
         assert svc.check() == []
 
 
-def test_the_token_survives_a_restart(tmp_path: Path) -> None:
-    data_dir = tmp_path / "data"
-    first = Served(data_dir, tmp_path / "1.log", "--no-stdio")
-    assert first.stop() == 0
-    second = Served(data_dir, tmp_path / "2.log", "--no-stdio")
-    try:
-        assert second.token == first.token
-        assert (
-            raw_request(second.port, json.dumps(HEALTH).encode(), token=first.token).status == 200
-        )
-    finally:
-        assert second.stop() == 0
-
-
 def test_environment_token(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     port = free_port()
@@ -214,8 +193,11 @@ def test_environment_token(tmp_path: Path) -> None:
     assert b"t" * 48 not in err and ENV_VAR.encode() in err
 
 
-def test_refusals_and_the_body_limit_over_the_real_process(tmp_path: Path) -> None:
-    with Served(tmp_path / "data", tmp_path / "serve.log", "--no-stdio") as served:
+def test_refusals_body_limit_and_stdin_eof_over_the_real_process(tmp_path: Path) -> None:
+    log = tmp_path / "serve.log"
+    with Served(tmp_path / "data", log, "--no-stdio", stdin=subprocess.PIPE) as served:
+        assert served.proc.stdin is not None
+        served.proc.stdin.close()  # stdin at EOF does not stop --no-stdio
         limit = max_body_bytes()
         write = tool_call("write_message", session_id="s", role="user", content="over the limit")
         assert raw_request(served.port, write).status == 401
@@ -232,6 +214,7 @@ def test_refusals_and_the_body_limit_over_the_real_process(tmp_path: Path) -> No
         answer = raw_request(served.port, fits, token=served.token, chunked=True)
         assert answer.status == 200
         assert raw_request(served.port, None, method="GET", token=served.token).status == 405
+        assert served.proc.poll() is None
         assert served.stop() == 0
     with MemoryService.open(tmp_path / "data") as svc:
         assert [m["content"] for m in svc.read_messages(session_id="s")["history"]] == ["just fits"]
