@@ -199,7 +199,7 @@ def child_service(data_dir: str, repeat: int) -> None:
             "INSERT INTO t(rowid, content, session) VALUES (?, ?, ?)",
             ((i + 1, m.content, m.session_id) for i, m in enumerate(store_messages.values())),
         )
-    index = svc._search  # bench only: the wrapper's peer
+    index = svc._indexes.search_index  # bench only: the wrapper's peer
     rows = []
     all_s: list[float] = []
     all_i: list[float] = []

@@ -109,13 +109,13 @@ class ContextPanel(ServicePanel):
         }
         if len(types) < len(RELATION_TYPES):
             args["relation_types_json"] = json.dumps(types)
-        service = self._service
+        tools = self._tools
         self.note.setText("Loading…")
 
         def failed(exc: BaseException) -> None:
             self.note.setText(f"Context not available: {exc}")
 
-        self._run_latest(lambda _j: service.read_messages(**args), self._show, failed)
+        self._run_latest(lambda _j: tools.call("read_messages", args), self._show, failed)
 
     def _message_item(self, parent: QTreeWidgetItem, msg: dict[str, Any], role: str) -> None:
         item = QTreeWidgetItem(

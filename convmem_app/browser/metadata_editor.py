@@ -292,20 +292,19 @@ class MetadataEditor(ServicePanel):
         message_id = str(self.message["message_id"])
         expected = overwrite_revision or int(self.message["revision"])
         metadata_json = json.dumps(form.to_metadata(), ensure_ascii=False)
-        service = self._service
+        service, tools = self._service, self._tools
         self._saving = True
         self.status.setText("Saving…")
         self._changed()
 
         def work(_job: object) -> dict[str, Any]:
             try:
-                return dict(
-                    service.update_message(
-                        message_id=message_id,
-                        metadata_json=metadata_json,
-                        expected_revision=expected,
-                    )
-                )
+                arguments = {
+                    "message_id": message_id,
+                    "metadata_json": metadata_json,
+                    "expected_revision": expected,
+                }
+                return dict(tools.call("update_message", arguments))
             except ConflictError:
                 return {"status": "CONFLICT", "stored": fetch_message(service, message_id)}
 

@@ -333,7 +333,7 @@ class SearchPanel(ServicePanel):
             args["filters_json"] = json.dumps(filters, ensure_ascii=False)
         if self.scope.currentIndex() == 1 and self.current_session:
             args["session_id"] = self.current_session
-        service = self._service
+        tools = self._tools
         self.status.setText("Searching…")
 
         def done(result: dict[str, Any]) -> None:
@@ -351,7 +351,7 @@ class SearchPanel(ServicePanel):
             self.status.setText(f"Search failed: {exc}")
             self.searchFailed.emit(str(exc))
 
-        self._run_latest(lambda _j: service.search_messages(**args), done, failed)
+        self._run_latest(lambda _j: tools.call("search_messages", args), done, failed)
 
     def open_row(self, row: int) -> None:
         r = self.model.results[row]

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtWidgets import QWidget
 
 from convmem_app.browser.jobs import Job, JobFn, JobRunner
+from convmem_engine.tools import ToolRegistry
 
 if TYPE_CHECKING:
     from convmem_engine.service import MemoryService
@@ -15,13 +16,16 @@ if TYPE_CHECKING:
 
 class ServicePanel(QWidget):
     """A widget over one MemoryService. It never calls the service on the GUI thread: every
-    call goes through the window's shared `JobRunner`, and the results come back as signals."""
+    call goes through the window's shared `JobRunner`, and the results come back as signals.
+    What the user types reaches the store through `_tools` (the memory tools, checked as a
+    host's calls are); the panel's own calls can use the service directly."""
 
     def __init__(
         self, service: MemoryService, runner: JobRunner, parent: QWidget | None = None
     ) -> None:
         super().__init__(parent)
         self._service = service
+        self._tools = ToolRegistry.for_service(service)
         self._runner = runner
         self._job: Job | None = None  # the latest job of `_run_latest`, until it reports
 

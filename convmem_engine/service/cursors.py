@@ -16,7 +16,7 @@ import re
 from typing import Final
 
 from convmem_engine.domain.errors import ValidationError
-from convmem_engine.domain.validation import ULID_RE
+from convmem_engine.domain.validation import ULID_RE, utf8_len
 
 CURSOR_MAX_CHARS: Final = 256
 _VERSION: Final = 1
@@ -33,12 +33,26 @@ def encode(view: str, scope: str, position: str) -> str:
     return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
 
-def decode(cursor: object, view: str, scope: str, field: str = "cursor") -> str:
-    """The position stored in `cursor`; VALIDATION_ERROR unless it came from `view`/`scope`."""
-    bad = ValidationError(f"{field}: must be a nextCursor returned by read_messages")
+def _not_a_cursor(field: str) -> ValidationError:
+    return ValidationError(f"{field}: must be a nextCursor returned by read_messages")
+
+
+def check_argument(cursor: object, field: str = "cursor") -> str:
+    """A cursor argument's form: a string of 1 to CURSOR_MAX_CHARS characters of valid text
+    (what the tool's schema says). What it holds is checked where it is read (`decode`)."""
     if not isinstance(cursor, str):
         raise ValidationError(f"{field}: must be a string")
-    if not cursor or len(cursor) > CURSOR_MAX_CHARS or _B64.fullmatch(cursor) is None:
+    if not cursor or len(cursor) > CURSOR_MAX_CHARS:
+        raise _not_a_cursor(field)
+    utf8_len(cursor, field)  # valid text (no lone surrogate), like every string argument
+    return cursor
+
+
+def decode(cursor: object, view: str, scope: str, field: str = "cursor") -> str:
+    """The position stored in `cursor`; VALIDATION_ERROR unless it came from `view`/`scope`."""
+    bad = _not_a_cursor(field)
+    cursor = check_argument(cursor, field)
+    if _B64.fullmatch(cursor) is None:
         raise bad
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))

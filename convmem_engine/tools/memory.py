@@ -19,7 +19,7 @@ from convmem_engine.domain.message import (
     RELATION_TYPES,
     ROLES,
 )
-from convmem_engine.service.cursors import CURSOR_MAX_CHARS
+from convmem_engine.service import cursors
 from convmem_engine.tools.spec import (
     Annotations,
     Choice,
@@ -84,42 +84,37 @@ _METADATA_FIELDS: Final = (
 _SESSION_ID: Final = Text(L.SESSION_ID_MAX_BYTES, min_bytes=1)
 _EXPECTED_REVISION: Final = Integer(L.EXPECTED_REVISION_MIN)
 _CONTENT: Final = Text(L.CONTENT_MAX_BYTES, min_bytes=1)
-_CURSOR: Final = Text(CURSOR_MAX_CHARS, min_bytes=1, custom_check=v.require_str)
-"""Opaque: only its type is checked here; `read_messages` decodes it (and names it) itself."""
+_CURSOR: Final = Text(cursors.CURSOR_MAX_CHARS, min_bytes=1, custom_check=cursors.check_argument)
+"""Opaque: only its form is checked here; `read_messages` decodes what it holds."""
 
 # -- handlers: one MemoryService operation each ------------------------------------------------
 
 
+def _renamed(args: dict[str, Any], json_name: str, name: str) -> dict[str, Any]:
+    """The checked arguments with the JSON-string argument under the name of its parsed value."""
+    if json_name in args:
+        args[name] = args.pop(json_name)
+    return args
+
+
 def _write_message(service: MemoryService, args: dict[str, Any]) -> dict[str, Any]:
-    return service.write_message(
-        session_id=args["session_id"],
-        role=args["role"],
-        content=args["content"],
-        metadata=args.get("metadata_json"),
-    )
+    return service.write_message(**_renamed(args, "metadata_json", "metadata"))
 
 
 def _update_message(service: MemoryService, args: dict[str, Any]) -> dict[str, Any]:
-    return service.update_message(
-        message_id=args["message_id"],
-        content=args.get("content"),
-        metadata=args.get("metadata_json"),
-        expected_revision=args.get("expected_revision"),
-    )
+    return service.update_message(**_renamed(args, "metadata_json", "metadata"))
 
 
 def _read_messages(service: MemoryService, args: dict[str, Any]) -> dict[str, Any]:
-    types = args.pop("relation_types_json", None)
-    return service.read_messages(**args, relation_types=types)
+    return service.read_messages(**_renamed(args, "relation_types_json", "relation_types"))
 
 
 def _search_messages(service: MemoryService, args: dict[str, Any]) -> dict[str, Any]:
-    filters = args.pop("filters_json", None)
-    return service.search_messages(**args, filters=filters)
+    return service.search_messages(**_renamed(args, "filters_json", "filters"))
 
 
 def _delete_message(service: MemoryService, args: dict[str, Any]) -> dict[str, Any]:
-    return service.delete_message(message_id=args["message_id"], session_id=args.get("session_id"))
+    return service.delete_message(**args)
 
 
 def _rebuild_index(service: MemoryService, args: dict[str, Any]) -> dict[str, Any]:

@@ -11,18 +11,23 @@ from PySide6.QtWidgets import QMessageBox
 
 from convmem_app.browser import MemoryBrowser
 from convmem_engine.service import MemoryService
+from convmem_engine.tools import ToolRegistry
 
 
 def write(
     svc: MemoryService, session: str, content: str, role: str = "user", **meta: Any
 ) -> dict[str, Any]:
-    result = svc.write_message(
-        session_id=session,
-        role=role,
-        content=content,
-        metadata_json=json.dumps(meta) if meta else None,
-    )
+    arguments = {"session_id": session, "role": role, "content": content}
+    if meta:
+        arguments["metadata_json"] = json.dumps(meta)
+    result = ToolRegistry.for_service(svc).call("write_message", arguments)
     return dict(result["message"])
+
+
+def update(svc: MemoryService, message_id: str, metadata_json: str) -> None:
+    """What another host does: update_message through the tools."""
+    arguments = {"message_id": message_id, "metadata_json": metadata_json}
+    ToolRegistry.for_service(svc).call("update_message", arguments)
 
 
 def stored(svc: MemoryService, message_id: str) -> dict[str, Any]:

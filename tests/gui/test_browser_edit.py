@@ -11,6 +11,7 @@ from gui_helpers import (
     select_history_rows,
     select_session,
     stored,
+    update,
     write,
 )
 from PySide6.QtWidgets import QMessageBox
@@ -83,9 +84,7 @@ def test_conflict_shows_both_versions_and_overwrites_deliberately(
     ed = b.editor
     ed.importance.setValue(99)
     # someone else (another host) changes the message meanwhile
-    service.update_message(
-        message_id=msg["message_id"], metadata_json='{"importance": 42, "tags": ["theirs"]}'
-    )
+    update(service, msg["message_id"], '{"importance": 42, "tags": ["theirs"]}')
     qtbot.waitUntil(lambda: ed.banner.isVisibleTo(ed))  # the live event warns before saving
     with qtbot.waitSignal(ed.conflictShown) as shown:
         ed.save_button.click()
@@ -108,7 +107,7 @@ def test_conflict_reload_takes_the_stored_version(
     _open_first(qtbot, b, "s")
     ed = b.editor
     ed.summary.setPlainText("mine")
-    service.update_message(message_id=msg["message_id"], metadata_json='{"summary": "theirs"}')
+    update(service, msg["message_id"], '{"summary": "theirs"}')
     with qtbot.waitSignal(ed.conflictShown) as shown:
         ed.save()
     shown.args[0].reload_button.click()

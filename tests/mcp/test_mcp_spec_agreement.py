@@ -1,10 +1,13 @@
-"""The strict schemas and the service's validation agree (seed 000 tables, bound +-1).
+"""Each parameter's two faces agree: the JSON Schema generated from its kind and the kind's
+check (seed 000 tables, bound +-1).
 
-For every parameter of every tool, a set of boundary and wrong-type values is judged twice:
-by the server's schema check (`validate_arguments`, what `tools/call` runs first) and by the
-MemoryService method alone. Both must accept or both must reject, except for the rules JSON
-Schema cannot express, each listed in `_INHERENT`. Then the same values go through the real
-server with the SDK's in-memory client: the answer is the service's verdict.
+Every tool parameter is declared once (`convmem_engine.tools.memory`); its kind yields both the
+schema fragment a host sees and the check the registry runs. For every parameter of every tool,
+a set of boundary and wrong-type values is judged by the generated schema (`check_schema`) and
+by the kind's check alone. Both must accept or both must reject, except for the rules JSON
+Schema cannot express, each listed in `_inherent`. Then the same values go through the real
+server with the SDK's in-memory client: the answer is the registry's in-process verdict
+(`ToolRegistry.call`: schema, checks, the MemoryService operation).
 Error messages never contain the value (hypothesis fuzz at the end).
 """
 
@@ -25,7 +28,8 @@ from mcp_helpers import payload
 from convmem_engine.domain.errors import ConvMemError, ValidationError
 from convmem_engine.mcp import build_server
 from convmem_engine.service import MemoryService
-from convmem_engine.tools import MEMORY_TOOLS, validate_arguments
+from convmem_engine.tools import MEMORY_TOOLS, ToolRegistry
+from convmem_engine.tools.arguments import check_schema
 
 MISSING_ID = "7ZZZZZZZZZZZZZZZZZZZZZZZZZ"
 
@@ -74,28 +78,43 @@ def _values(spec: dict[str, Any], mid: str) -> list[Any]:
     return out
 
 
-def _inherent(tool: str, name: str, value: Any, message: str) -> bool:
-    """Rules the service checks that a flat JSON Schema cannot state."""
+def _inherent(name: str, value: Any, message: str) -> bool:
+    """Rules the checks apply that a flat JSON Schema cannot state."""
     if isinstance(value, str) and "UTF-8 bytes" in message:
         return len(value.encode("utf-8", "surrogatepass")) > len(value)  # bytes, not chars
-    if name.endswith("_json") and "JSON" in message:
-        return True  # what the JSON inside the string says
-    if name == "cursor":
-        return message.startswith("cursor: must be a nextCursor")  # opaque content
-    if tool == "read_messages" and "is required for the" in message:
-        return True  # which view needs which argument
-    return tool == "update_message" and "at least one of them" in message
+    return name.endswith("_json") and "JSON" in message  # what the JSON inside the string says
 
 
-def _service_verdict(service: MemoryService, tool: str, args: dict[str, Any]) -> str:
+def _schema_verdict(tool: str, args: dict[str, Any]) -> bool:
     try:
-        getattr(service, tool)(**args)
+        check_schema(TOOLS_BY_NAME[tool].validator, args)
+    except ValidationError:
+        return False
+    return True
+
+
+def _kind_verdict(tool: str, args: dict[str, Any]) -> str:
+    """The declared checks alone: required parameters present, each value its kind's check."""
+    spec = TOOLS_BY_NAME[tool]
+    for param in spec.params:
+        if param.required and param.name not in args:
+            return f"VALIDATION_ERROR: {param.name}: required"
+    try:
+        for name, value in args.items():
+            spec.param(name).check(value)
+    except ValidationError as exc:
+        return "VALIDATION_ERROR: " + exc.message
+    return "OK"
+
+
+def _call_verdict(registry: ToolRegistry, tool: str, args: dict[str, Any]) -> str:
+    """In-process, everything a call runs: schema, checks, the operation."""
+    try:
+        registry.call(tool, args)
     except ValidationError as exc:
         return "VALIDATION_ERROR: " + exc.message
     except ConvMemError as exc:
         return exc.code  # e.g. NOT_FOUND: valid arguments
-    except TypeError:
-        return "VALIDATION_ERROR: a required keyword argument is missing"  # Python's own check
     return "OK"
 
 
@@ -122,31 +141,28 @@ def _cases(service: MemoryService) -> list[tuple[str, str, dict[str, Any]]]:
     return cases
 
 
-def test_schema_and_service_agree_on_every_boundary(service: MemoryService) -> None:
+def test_schema_and_checks_agree_on_every_boundary(service: MemoryService) -> None:
     disagreements = []
     cases = _cases(service)
     for tool, name, args in cases:
-        try:
-            validate_arguments(TOOLS_BY_NAME[tool], args)
-            schema_ok = True
-        except ValidationError:
-            schema_ok = False
-        verdict = _service_verdict(service, tool, args)
-        service_ok = not verdict.startswith("VALIDATION_ERROR")
-        if schema_ok == service_ok:
+        schema_ok = _schema_verdict(tool, args)
+        verdict = _kind_verdict(tool, args)
+        checks_ok = not verdict.startswith("VALIDATION_ERROR")
+        if schema_ok == checks_ok:
             continue
         message = verdict.removeprefix("VALIDATION_ERROR: ")
-        if not schema_ok or not _inherent(tool, name, args.get(name), message):
+        if not schema_ok or not _inherent(name, args.get(name), message):
             shown = {k: (v[:40] if isinstance(v, str) else v) for k, v in args.items()}
             disagreements.append((tool, shown, schema_ok, verdict[:120]))
     assert disagreements == []
     assert len(cases) > 300
 
 
-def test_the_server_answers_with_the_services_verdict(service: MemoryService) -> None:
-    """Through the real server (SDK in-memory client): a value both reject is the seed's
-    VALIDATION_ERROR envelope; one both accept reaches the service."""
-    server = build_server(service)
+def test_the_server_answers_with_the_in_process_verdict(service: MemoryService) -> None:
+    """Through the real server (SDK in-memory client): a rejected value is the seed's
+    VALIDATION_ERROR envelope; an accepted one reaches the service."""
+    registry = ToolRegistry.for_service(service)
+    server = build_server(registry)
     cases = [
         (tool, args)
         for tool, _name, args in _cases(service)
@@ -158,7 +174,7 @@ def test_the_server_answers_with_the_services_verdict(service: MemoryService) ->
     async def scenario() -> None:
         async with Client(server) as client:
             for tool, args in cases:
-                expected = _service_verdict(service, tool, args)
+                expected = _call_verdict(registry, tool, args)
                 result = await client.call_tool(tool, args)
                 data = payload(result)
                 if expected.startswith("VALIDATION_ERROR"):
@@ -233,14 +249,18 @@ def _fields_to_fuzz(mid: str, value: str) -> list[tuple[str, dict[str, Any]]]:
 def test_error_messages_never_contain_the_input(service: MemoryService, raw: str) -> None:
     value = _marked(raw)
     mid = MISSING_ID
+    registry = ToolRegistry.for_service(service)
     for tool, args in _fields_to_fuzz(mid, value):
         messages = []
         try:
-            validate_arguments(TOOLS_BY_NAME[tool], args)
+            check_schema(TOOLS_BY_NAME[tool].validator, args)
         except ValidationError as exc:
             messages.append(exc.message)
+        verdict = _kind_verdict(tool, args)
+        if verdict != "OK":
+            messages.append(verdict)
         try:
-            getattr(service, tool)(**args)
+            registry.call(tool, args)
         except ConvMemError as exc:
             messages.append(exc.message)
         assert messages, (tool, args)  # every case is wrong somehow

@@ -1,4 +1,5 @@
-"""Fixtures for service tests: a real MemoryService on a real data dir (real files, fsync)."""
+"""Fixtures for service tests: a real MemoryService on a real data dir (real files, fsync),
+its operations called as tools (`tool_calls.ToolCalls`: the arguments checked as a host's are)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from convmem_engine.service import MemoryService
+from tool_calls import ToolCalls
 
 
 @pytest.fixture
-def svc(tmp_path: Path) -> Iterator[MemoryService]:
-    service = MemoryService.open(tmp_path / "data")
+def svc(tmp_path: Path) -> Iterator[ToolCalls]:
+    service = ToolCalls.open(tmp_path / "data")
     try:
         yield service
         assert service.check() == []

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from svc_helpers import write
+from tool_calls import ToolCalls
 
 from convmem_engine.domain.message import Message
 from convmem_engine.index.search_index import SearchIndex
@@ -80,7 +81,7 @@ def check_all(svc: MemoryService) -> None:
 def seed(data: Path) -> list[str]:
     words = ["alpha", "beta", "gamma", "delta", "hello", "lol", "phase", "one", "設計書"]
     ids = []
-    with MemoryService.open(data) as svc:
+    with ToolCalls.open(data) as svc:
         for i in range(240):
             text = " ".join(words[(i * k) % len(words)] for k in (1, 3, 5)) + f" n{i}"
             md: dict[str, Any] = {"importance": (50, 50, 70, 20)[i % 4]}
@@ -106,7 +107,7 @@ def test_search_during_the_background_build_equals_the_reference(tmp_path: Path)
     ids = seed(data)
     gate = threading.Event()
     started = threading.Event()
-    svc = MemoryService.open(
+    svc = ToolCalls.open(
         data,
         background_search_from=10,
         search_index_factory=lambda: GatedSearchIndex(gate, started),

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from svc_helpers import write
+from tool_calls import ToolCalls
 
 from convmem_engine.service import MemoryService
 
@@ -111,10 +112,10 @@ def test_readers_run_while_a_writer_waits_for_fsync(svc: MemoryService) -> None:
 
 
 def test_background_search_build_with_writes_meanwhile(tmp_path: Path) -> None:
-    first = MemoryService.open(tmp_path / "d")
+    first = ToolCalls.open(tmp_path / "d")
     ids = [write(first, f"word{i % 50} item {i}", session=f"s{i % 7}") for i in range(3000)]
     first.close()
-    svc = MemoryService.open(tmp_path / "d", background_search_from=0)
+    svc = ToolCalls.open(tmp_path / "d", background_search_from=0)
     try:
         # usable at once while the search index builds: writes, updates, deletes, history
         new = write(svc, "word7 fresh")
@@ -132,13 +133,13 @@ def test_background_search_build_with_writes_meanwhile(tmp_path: Path) -> None:
 
 
 def test_close_during_background_build(tmp_path: Path) -> None:
-    first = MemoryService.open(tmp_path / "d")
+    first = ToolCalls.open(tmp_path / "d")
     for i in range(2000):
         write(first, f"text {i}")
     first.close()
-    svc = MemoryService.open(tmp_path / "d", background_search_from=0)
+    svc = ToolCalls.open(tmp_path / "d", background_search_from=0)
     svc.close()
-    with MemoryService.open(tmp_path / "d") as again:
+    with ToolCalls.open(tmp_path / "d") as again:
         assert len(again.search_messages(query="text", limit=100)["results"]) == 100
 
 
@@ -165,7 +166,7 @@ def test_large_store_default_background_build_under_load(tmp_path: Path) -> None
         )
     store.sync(seq)
     store.close()
-    svc = MemoryService.open(tmp_path / "d")
+    svc = ToolCalls.open(tmp_path / "d")
     try:
         errors: list[BaseException] = []
         kept: list[tuple[str, str]] = []

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from svc_helpers import write
+from tool_calls import ToolCalls
 
 from convmem_engine.domain.errors import InternalError
 from convmem_engine.domain.message import Message
@@ -51,7 +52,7 @@ class FailingSearchIndex(SearchIndex):
 
 
 def open_service(data: Path, faults: Faults) -> MemoryService:
-    return MemoryService.open(data, search_index_factory=lambda: FailingSearchIndex(faults))
+    return ToolCalls.open(data, search_index_factory=lambda: FailingSearchIndex(faults))
 
 
 def found(svc: MemoryService, query: str) -> list[str]:
@@ -95,7 +96,7 @@ def test_failed_index_update_rebuilds_from_the_store(tmp_path: Path, op: str) ->
     finally:
         svc.close()
     # The change was durable.
-    with MemoryService.open(tmp_path / "data") as again:
+    with ToolCalls.open(tmp_path / "data") as again:
         assert found(again, "beta") == expected_beta
 
 
@@ -135,12 +136,12 @@ def test_failed_rebuild_marks_the_indexes_broken_until_rebuild_index(tmp_path: P
 def test_failed_background_search_build_is_reported_by_health(tmp_path: Path) -> None:
     """A search index built in the background that fails: search_messages raises
     INTERNAL_ERROR and health says DEGRADED (not OK) until rebuild_index rebuilds it."""
-    with MemoryService.open(tmp_path / "data") as svc:
+    with ToolCalls.open(tmp_path / "data") as svc:
         for i in range(6):
             write(svc, f"delta {i}")
     faults = Faults()
     faults.remaining = 1
-    svc = MemoryService.open(
+    svc = ToolCalls.open(
         tmp_path / "data",
         search_index_factory=lambda: FailingSearchIndex(faults),
         background_search_from=3,

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from svc_helpers import io_counters, write
+from tool_calls import ToolCalls
 
 from convmem_engine.domain import BusyError, ConvMemError, StoreIOError, ValidationError
 from convmem_engine.service import ChangeEvent, MemoryService
@@ -61,7 +62,7 @@ def test_delete_validation(svc: MemoryService) -> None:
 
 
 def test_rebuild_result_and_effect(tmp_path: Path) -> None:
-    svc = MemoryService.open(tmp_path / "d")
+    svc = ToolCalls.open(tmp_path / "d")
     try:
         ids = [write(svc, f"secret-{i} text") for i in range(10)]
         for mid in ids[:4]:
@@ -181,14 +182,14 @@ def test_memory_estimate_tracks_contents(svc: MemoryService) -> None:
 
 
 def test_health_counts_after_updates_and_reopen(tmp_path: Path) -> None:
-    svc = MemoryService.open(tmp_path / "d")
+    svc = ToolCalls.open(tmp_path / "d")
     mid = write(svc)
     svc.update_message(message_id=mid, content="v2")
     svc.delete_message(message_id=write(svc, session="other"))
     h = svc.get_system_health()
     assert (h["update_records"], h["deleted_messages"], h["session_count"]) == (1, 1, 1)
     svc.close()
-    svc = MemoryService.open(tmp_path / "d")
+    svc = ToolCalls.open(tmp_path / "d")
     try:
         h2 = svc.get_system_health()
         assert (h2["update_records"], h2["deleted_messages"], h2["session_count"]) == (1, 1, 1)
@@ -223,7 +224,7 @@ class FailingFS(FileSystem):
 
 def test_failed_write_leaves_indexes_matching_the_store(tmp_path: Path) -> None:
     fs = FailingFS()
-    svc = MemoryService.open(tmp_path / "d", fs=fs)
+    svc = ToolCalls.open(tmp_path / "d", fs=fs)
     try:
         keep = write(svc, "kept alpha")
         fs.fail_write = True
@@ -249,7 +250,7 @@ def test_failed_write_leaves_indexes_matching_the_store(tmp_path: Path) -> None:
 
 def test_failed_fsync_reports_io_error_and_degraded(tmp_path: Path) -> None:
     fs = FailingFS()
-    svc = MemoryService.open(tmp_path / "d", fs=fs)
+    svc = ToolCalls.open(tmp_path / "d", fs=fs)
     try:
         write(svc, "first")
         fs.fail_fsync = True
@@ -263,7 +264,7 @@ def test_failed_fsync_reports_io_error_and_degraded(tmp_path: Path) -> None:
         assert svc.check() == []
     finally:
         svc.close()
-    svc = MemoryService.open(tmp_path / "d")
+    svc = ToolCalls.open(tmp_path / "d")
     try:
         assert svc.get_system_health()["status"] == "OK"
         assert svc.check() == []
@@ -301,16 +302,16 @@ def test_change_events(svc: MemoryService) -> None:
 
 
 def test_second_open_is_busy_and_close_is_idempotent(tmp_path: Path) -> None:
-    svc = MemoryService.open(tmp_path / "d")
+    svc = ToolCalls.open(tmp_path / "d")
     try:
         with pytest.raises(BusyError):
-            MemoryService.open(tmp_path / "d")
+            ToolCalls.open(tmp_path / "d")
     finally:
         svc.close()
         svc.close()
     with pytest.raises(ConvMemError):
         svc.get_system_health()
-    with MemoryService.open(tmp_path / "d") as again:
+    with ToolCalls.open(tmp_path / "d") as again:
         assert again.get_system_health()["status"] == "OK"
 
 
@@ -326,12 +327,12 @@ def call_every_tool(svc: MemoryService, mid: str) -> list[dict[str, Any]]:
 
 
 def test_everything_survives_reopen(tmp_path: Path) -> None:
-    svc = MemoryService.open(tmp_path / "d")
+    svc = ToolCalls.open(tmp_path / "d")
     a = write(svc, "hello a", tags=["t"], summary="sum")
     write(svc, "hello b", relations=[{"type": "depends_on", "message_id": a}])
     first = call_every_tool(svc, a)
     svc.close()
-    svc = MemoryService.open(tmp_path / "d")
+    svc = ToolCalls.open(tmp_path / "d")
     try:
         again = call_every_tool(svc, a)
         for x, y in zip(first[:-1], again[:-1], strict=True):

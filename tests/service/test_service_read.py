@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from svc_helpers import io_counters, write
+from tool_calls import ToolCalls
 
 from convmem_engine.domain import ConflictError, NotFoundError, ValidationError, limits
 from convmem_engine.service import MemoryService, result_json
@@ -357,7 +358,7 @@ SMALL_BUDGET = 64 * 1024
 @pytest.fixture
 def small(tmp_path: Path) -> Iterator[MemoryService]:
     """A service with a 64 KiB response budget (the same code path as 8 MiB, 128x cheaper)."""
-    service = MemoryService.open(tmp_path / "small", response_budget=SMALL_BUDGET)
+    service = ToolCalls.open(tmp_path / "small", response_budget=SMALL_BUDGET)
     yield service
     service.close()
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from svc_helpers import io_counters, write
+from tool_calls import ToolCalls
 
 from convmem_engine.domain import ValidationError, limits
 from convmem_engine.service import MemoryService, result_json
@@ -180,7 +181,7 @@ def test_search_changes_nothing(svc: MemoryService) -> None:
 
 @pytest.fixture
 def small(tmp_path: Path) -> Iterator[MemoryService]:
-    service = MemoryService.open(tmp_path / "small", response_budget=64 * 1024)
+    service = ToolCalls.open(tmp_path / "small", response_budget=64 * 1024)
     yield service
     service.close()
 

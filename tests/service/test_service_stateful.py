@@ -20,9 +20,9 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
+from tool_calls import ToolCalls
 
 from convmem_engine.domain import ConflictError, NotFoundError
-from convmem_engine.service import MemoryService
 
 KINDS = ("conversation", "episode", "semantic", "procedure", "preference", "summary")
 TIERS = ("short", "mid", "long", "discard")
@@ -90,7 +90,7 @@ class ServiceMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.dir = tempfile.mkdtemp(prefix="convmem-stateful-")
-        self.svc = MemoryService.open(self.dir)
+        self.svc = ToolCalls.open(self.dir)
         self.model: dict[str, Model] = {}  # live messages, insertion order = creation order
         self.updated_at: dict[str, int] = {}
 
@@ -195,7 +195,7 @@ class ServiceMachine(RuleBasedStateMachine):
     def reopen(self) -> None:
         self.svc.close()
         # the search index builds in the background: later steps race with that build
-        self.svc = MemoryService.open(self.dir, background_search_from=0)
+        self.svc = ToolCalls.open(self.dir, background_search_from=0)
 
     # -- reads ----------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from svc_helpers import io_counters, write
+from tool_calls import ToolCalls
 from ulid import ULID
 
 from convmem_engine.domain import ConflictError, NotFoundError, ValidationError, limits
@@ -82,7 +83,7 @@ def test_ids_strictly_increase(svc: MemoryService) -> None:
 
 def test_ids_increase_when_the_clock_goes_back(tmp_path: Path) -> None:
     now = [2_000_000_000_000]
-    s = MemoryService.open(tmp_path / "d", clock=lambda: now[0])
+    s = ToolCalls.open(tmp_path / "d", clock=lambda: now[0])
     try:
         a = write(s)
         now[0] -= 10_000  # the clock steps back ten seconds
@@ -92,7 +93,7 @@ def test_ids_increase_when_the_clock_goes_back(tmp_path: Path) -> None:
     finally:
         s.close()
     # After a restart with the clock still behind, ids keep increasing.
-    s = MemoryService.open(tmp_path / "d", clock=lambda: now[0])
+    s = ToolCalls.open(tmp_path / "d", clock=lambda: now[0])
     try:
         assert write(s) > b
     finally:
@@ -119,8 +120,9 @@ def test_write_bounds(svc: MemoryService) -> None:
     verr(svc.write_message, "metadata_json", **ok, metadata_json="[]")
     verr(svc.write_message, "metadata_json.importance", **ok, metadata_json='{"importance":101}')
     verr(svc.write_message, "metadata_json", **ok, metadata_json='{"mystery":1}')
-    with pytest.raises(TypeError):
-        svc.write_message(session_id="s", role="user")  # type: ignore[call-arg]
+    assert verr(svc.write_message, "content", session_id="s", role="user") == "content: required"
+    with pytest.raises(TypeError):  # the typed operation itself: Python's own check
+        svc.service.write_message(session_id="s", role="user")
 
 
 def test_write_nothing_on_validation_error(svc: MemoryService) -> None:
@@ -251,11 +253,11 @@ def test_update_content_bound(svc: MemoryService) -> None:
 
 
 def test_update_survives_reopen(tmp_path: Path) -> None:
-    s = MemoryService.open(tmp_path / "d")
+    s = ToolCalls.open(tmp_path / "d")
     mid = write(s, "v1")
     s.update_message(message_id=mid, content="v2", metadata_json='{"tags":["t"]}')
     s.close()
-    s = MemoryService.open(tmp_path / "d")
+    s = ToolCalls.open(tmp_path / "d")
     try:
         m = s.read_messages(session_id="s1")["history"][0]
         assert (m["content"], m["revision"], m["metadata"]["tags"]) == ("v2", 2, ["t"])

@@ -1,0 +1,308 @@
+"""The service's derived state: the history, relation and search indexes and the memory
+accounting, kept in step with the store's live messages, and the background search build.
+
+The store is the truth; everything here can be rebuilt from its live messages. Locking is the
+owner's (MemoryService's readers/writer lock, given here for the background builder):
+`build`, `add`, `remove`, `replace` and `apply` need it held for writing, the readers
+(`search`, `accounting`, `memory_bytes`, the properties) for reading.
+
+Background search build: a store of at least `background_search_from` messages gets its
+search index built on a thread; until it is ready, `search` scores the live messages directly
+(`SearchIndex.scan`: the same results), changes are queued and applied when the build is done,
+and `memory_bytes` counts the search index as 0.
+
+Failure bookkeeping (health DEGRADED): when an update of the indexes fails after its change
+was stored, `apply` rebuilds them from the store and keeps the failure as `error` until the
+next successful `rebuild`; when that rebuild fails too, the indexes are `broken` (the service
+refuses every operation but health and rebuild_index).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Final, Literal
+
+from convmem_engine.domain.errors import InternalError
+from convmem_engine.domain.message import Message
+from convmem_engine.index.history_index import HistoryIndex
+from convmem_engine.index.relation_index import RelationIndex
+from convmem_engine.index.search_index import SearchHit, SearchIndex
+from convmem_engine.service.accounting import MessageAccounting
+from convmem_engine.service.rwlock import RWLock
+
+BACKGROUND_SEARCH_FROM: Final = 20_000
+"""Stores with at least this many live messages build their search index in the background."""
+
+log = logging.getLogger(__name__)
+
+Op = Literal["add", "remove", "replace"]
+
+
+def _freeze_heap() -> None:
+    """Move every object alive now (the store and the indexes: millions of long-lived, acyclic
+    objects) out of the cyclic collector's scans. Without this each full collection walks them
+    all while holding the GIL, a pause of hundreds of milliseconds on whichever thread
+    allocates. Refcounting still frees them when dropped (e.g. the old indexes after a
+    rebuild). A constant-time list splice. Done for large stores only (where the pauses are)."""
+    gc.freeze()
+
+
+def _apply_search_change(index: SearchIndex, op: Op, msg: Message, new: Message | None) -> None:
+    """Apply one change ("add", "remove" or "replace" `msg` by `new`) to a search index."""
+    if op == "add":
+        index.add(msg)
+    elif op == "remove":
+        index.remove(msg)
+    else:
+        assert new is not None
+        index.replace(msg, new)
+
+
+class IndexSet:
+    def __init__(
+        self,
+        lock: RWLock,
+        *,
+        background_search_from: int = BACKGROUND_SEARCH_FROM,
+        search_index_factory: Callable[[], SearchIndex] = SearchIndex,
+    ) -> None:
+        """Empty indexes; `build` fills them. `search_index_factory` makes each new, empty
+        search index (a seam for tests: a subclass can inject a failure)."""
+        self._lock = lock
+        self.history = HistoryIndex()
+        self.relations = RelationIndex()
+        self._new_search_index = search_index_factory
+        self.search_index = search_index_factory()
+        self._search_ready = threading.Event()
+        # Changes made while the search index builds in the background, applied when it is.
+        self._search_pending: list[tuple[Op, Message, Message | None]] | None = None
+        self._search_error = ""
+        self._search_thread: threading.Thread | None = None
+        self._search_cancel = False
+        self._background_search_from = background_search_from
+        # Built on the first health call (not at open), then maintained by every change.
+        self._accounting: MessageAccounting | None = None
+        self._accounting_lock = threading.Lock()
+        self._index_error = ""
+        self._broken = False
+
+    # -- building ----------------------------------------------------------------------------
+
+    def build(self, messages: Mapping[str, Message], *, background: bool) -> None:
+        """Build every index from the live messages (write lock held, or not yet shared)."""
+        self._accounting = None
+        self.history.build(messages.values())
+        self.relations.build(messages.values())
+        self.search_index = self._new_search_index()
+        self._search_error = ""
+        if background and len(messages) >= self._background_search_from:
+            self._search_ready.clear()
+            self._search_pending = []
+            self._search_thread = threading.Thread(
+                target=self._build_search,
+                args=(self.search_index, list(messages.values())),
+                name="convmem-search-build",
+                daemon=True,
+            )
+            self._search_thread.start()
+        else:
+            for msg in messages.values():
+                self.search_index.add(msg)
+            self._search_pending = None
+            self._search_ready.set()
+            if len(messages) >= BACKGROUND_SEARCH_FROM:
+                _freeze_heap()
+
+    def _build_search(self, index: SearchIndex, messages: list[Message]) -> None:
+        """Background thread: index the messages live at open, then (holding the write lock)
+        the changes queued since, and declare the index ready."""
+        error = ""
+        try:
+            for msg in messages:
+                if self._search_cancel:
+                    break
+                index.add(msg)
+        except Exception as e:  # reported by search; rebuild_index recovers
+            log.exception("search index build failed")
+            error = f"search index: build failed ({type(e).__name__})"
+        with self._lock.write():
+            if index is not self.search_index:
+                # Replaced meanwhile (the indexes were rebuilt after a failed update): the
+                # new index is complete and ready; this one is dropped.
+                return
+            pending = self._search_pending or []
+            self._search_pending = None
+            if not error and not self._search_cancel:
+                try:
+                    for op, msg, new in pending:
+                        _apply_search_change(index, op, msg, new)
+                except Exception as e:  # never leave searches waiting for a ready index
+                    log.error("search index: applying queued changes failed: %s", type(e).__name__)
+                    error = f"search index: build failed ({type(e).__name__})"
+            self._search_error = error
+            self._search_ready.set()
+        if len(messages) >= BACKGROUND_SEARCH_FROM:
+            _freeze_heap()
+
+    def wait_for_search(self, timeout: float | None = None) -> bool:
+        """Wait until the search index is built (at once when it is not building); True when
+        it is. Call without holding the lock (the builder needs it to finish)."""
+        return self._search_ready.wait(timeout)
+
+    def stop(self) -> None:
+        """Stop a background build and wait for its thread (without holding the lock)."""
+        self._search_cancel = True
+        thread = self._search_thread
+        if thread is not None:
+            thread.join()
+
+    # -- changes (write lock held) -----------------------------------------------------------
+
+    def _search_apply(self, op: Op, msg: Message, new: Message | None = None) -> None:
+        if self._search_pending is not None:
+            self._search_pending.append((op, msg, new))
+        else:
+            _apply_search_change(self.search_index, op, msg, new)
+
+    def add(self, msg: Message) -> None:
+        self.history.add(msg)
+        self.relations.add(msg)
+        self._search_apply("add", msg)
+        if self._accounting is not None:
+            self._accounting.add(msg)
+
+    def remove(self, msg: Message) -> None:
+        self.history.remove(msg)
+        self.relations.remove(msg)
+        self._search_apply("remove", msg)
+        if self._accounting is not None:
+            self._accounting.remove(msg)
+
+    def replace(self, old: Message, new: Message) -> None:
+        self.history.replace(old, new)
+        self.relations.replace(old, new)
+        self._search_apply("replace", old, new)
+        if self._accounting is not None:
+            self._accounting.remove(old)
+            self._accounting.add(new)
+
+    def apply(self, change: Callable[[], None], what: str, messages: Mapping[str, Message]) -> bool:
+        """Apply a change just stored (`what`, e.g. "a write") to the indexes.
+
+        If the update fails (e.g. MemoryError) the indexes may hold half the change, so they
+        are rebuilt from `messages` (the store's live messages) and the failure is kept as
+        `error` (health DEGRADED) until `rebuild` succeeds. The change itself is durable and
+        visible, so the caller's request still succeeds. If the rebuild fails too, the indexes
+        are `broken` and this returns False: the caller raises INTERNAL_ERROR once its change
+        is durable."""
+        try:
+            change()
+            return True
+        except Exception as exc:
+            log.error("index update after %s failed: %s", what, type(exc).__name__)
+            self._index_error = (
+                f"indexes: update after {what} failed ({type(exc).__name__}); "
+                "rebuilt from the store"
+            )
+        try:
+            self.build(messages, background=False)
+            return True
+        except Exception as exc:
+            log.error("index rebuild after a failed update failed: %s", type(exc).__name__)
+            self._broken = True
+            self._index_error = (
+                f"indexes: update after {what} failed and rebuilding them failed "
+                f"({type(exc).__name__}); run rebuild_index"
+            )
+            self._search_ready.set()
+            return False
+
+    def rebuild(self, messages: Mapping[str, Message]) -> None:
+        """rebuild_index: a fresh build that clears a kept failure; raises INTERNAL_ERROR (and
+        marks the indexes broken) when it fails."""
+        try:
+            self.build(messages, background=False)
+        except Exception as exc:
+            log.error("index rebuild failed: %s", type(exc).__name__)
+            self._broken = True
+            self._index_error = f"indexes: rebuild failed ({type(exc).__name__})"
+            self._search_ready.set()
+            raise InternalError(
+                "rebuild_index: the store was compacted but the indexes could not be "
+                "rebuilt; run rebuild_index again"
+            ) from None
+        self._broken = False
+        self._index_error = ""
+
+    # -- reads (read lock held) --------------------------------------------------------------
+
+    @property
+    def broken(self) -> bool:
+        """The indexes could not be rebuilt after a failed update: not usable."""
+        return self._broken
+
+    @property
+    def errors(self) -> tuple[str, ...]:
+        """The failures health reports (index update, background search build), if any."""
+        return tuple(e for e in (self._index_error, self._search_error) if e)
+
+    @property
+    def search_ready(self) -> bool:
+        return self._search_ready.is_set()
+
+    def search(
+        self,
+        query: str,
+        messages: Mapping[str, Message],
+        *,
+        accept: Callable[[Message], bool] | None,
+        limit: int,
+        session_id: str | None,
+        min_importance: int,
+    ) -> list[SearchHit]:
+        """Ranked hits. No wait for a background build: under the read lock its state cannot
+        change (the builder declares the index ready under the write lock). Until then every
+        live message is scored directly: the same scoring, ranking and limit as the index."""
+        if self._search_ready.is_set():
+            if self._search_error:
+                raise InternalError(self._search_error)
+            return self.search_index.search(
+                query,
+                messages,
+                accept=accept,
+                limit=limit,
+                session_id=session_id,
+                min_importance=min_importance,
+            )
+        return SearchIndex.scan(
+            query,
+            messages,
+            accept=accept,
+            limit=limit,
+            session_id=session_id,
+            min_importance=min_importance,
+        )
+
+    def accounting(self, messages: Mapping[str, Message]) -> MessageAccounting:
+        """The memory accounting of the live messages, built on first use (the mutex stops two
+        health calls from both building it)."""
+        with self._accounting_lock:
+            if self._accounting is None:
+                acc = MessageAccounting()
+                for msg in messages.values():
+                    acc.add(msg)
+                self._accounting = acc
+            return self._accounting
+
+    @property
+    def built_accounting(self) -> MessageAccounting | None:
+        """The accounting if a health call has built it (for the self-check)."""
+        return self._accounting
+
+    def search_index_bytes(self) -> int:
+        """While the background build runs, its thread fills the index without a lock, so the
+        index is not read: it counts 0 until ready (docs/semantics.md)."""
+        return self.search_index.memory_bytes() if self._search_ready.is_set() else 0
