@@ -20,6 +20,7 @@ from typing import Any
 
 from convmem_engine.domain.errors import ConflictError, NotFoundError
 from convmem_engine.service import MemoryService
+from convmem_engine.tools import ToolRegistry
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,7 @@ def apply_change(
     cancel: threading.Event | None = None,
 ) -> BulkResult:
     result = BulkResult()
+    tools = ToolRegistry.for_service(service)  # the user's values checked as a host's are
     for n, t in enumerate(targets, 1):
         if cancel is not None and cancel.is_set():
             result.cancelled = True
@@ -132,11 +134,12 @@ def apply_change(
             result.unchanged.append(t.message_id)
             continue
         try:
-            r = service.update_message(
-                message_id=t.message_id,
-                metadata_json=json.dumps(patch),
-                expected_revision=t.revision,
-            )
+            arguments = {
+                "message_id": t.message_id,
+                "metadata_json": json.dumps(patch),
+                "expected_revision": t.revision,
+            }
+            r = tools.call("update_message", arguments)
         except ConflictError:
             result.conflicts.append(t.message_id)
             continue
@@ -159,12 +162,16 @@ def undo_change(
 ) -> BulkResult:
     """Put back what `previous` changed, where nobody changed the message since."""
     result = BulkResult()
+    tools = ToolRegistry.for_service(service)
     items = list(previous.undo.items())
     for n, (mid, (before, revision)) in enumerate(items, 1):
         try:
-            service.update_message(
-                message_id=mid, metadata_json=json.dumps(before), expected_revision=revision
-            )
+            arguments = {
+                "message_id": mid,
+                "metadata_json": json.dumps(before),
+                "expected_revision": revision,
+            }
+            tools.call("update_message", arguments)
             result.changed.append(mid)
         except ConflictError:
             result.conflicts.append(mid)

@@ -21,7 +21,7 @@ The indexes, their background search build and their failure bookkeeping are the
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 from convmem_engine.domain import limits
@@ -415,6 +415,48 @@ class MemoryService:
         with self._lock.read():
             self._check_closed()
             return health_report(self._store.stats(), self._store.messages, self._indexes)
+
+    # -- import (convmem_engine.transfer) ------------------------------------------------------
+
+    def existing_ids(self, message_ids: Iterable[str]) -> set[str]:
+        """The ids among `message_ids` that are live messages."""
+        with self._lock.read():
+            self._check_open()
+            messages = self._store.messages
+            return {mid for mid in message_ids if mid in messages}
+
+    def import_messages(self, messages: Sequence[Message]) -> list[Message]:
+        """Store already validated messages exactly as given: ids, times, revisions and
+        metadata included (an import, see convmem_engine.transfer). A message whose id is
+        live already is left as it is. Returns the messages stored, all durable (one fsync
+        for the batch). Relations are kept as given: their targets need not be live."""
+        stored: list[Message] = []
+        seq = 0
+        ok = True
+        with self._lock.write():
+            self._check_open()
+            try:
+                for msg in messages:
+                    if self._store.get(msg.message_id) is not None:
+                        continue
+                    seq = self._store.write_put(msg)
+                    stored.append(self._store.get(msg.message_id) or msg)
+            finally:
+                if stored:
+                    # new ids keep sorting after every imported one
+                    self._ids.observe(max(m.message_id for m in stored))
+
+                    def add_all() -> None:
+                        for m in stored:
+                            self._indexes.add(m)
+
+                    ok = self._apply_to_indexes(add_all, "an import")
+        if seq:
+            self._store.sync(seq)
+        for m in stored:
+            self._events.publish(ChangeEvent("write", m.message_id, m.session_id))
+        self._after_index_failure(ok)
+        return stored
 
     # -- for tests and tools -----------------------------------------------------------------
 

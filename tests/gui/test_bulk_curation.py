@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tool_calls import ToolCalls
+
 from convmem_app.browser.bulk import (
     BulkChange,
     Target,
@@ -16,7 +18,7 @@ from convmem_engine.service import MemoryService
 
 
 def _write(svc: MemoryService, i: int, tags: list[str]) -> Target:
-    r = svc.write_message(
+    r = ToolCalls(svc).write_message(
         session_id="s", role="user", content=f"m{i}", metadata_json=json.dumps({"tags": tags})
     )
     return Target(r["message"]["message_id"], r["message"]["revision"])
@@ -48,7 +50,9 @@ def test_bulk_change_reports_conflicts_and_undo_restores(tmp_path: Path) -> None
         )
         assert _md(svc, targets[1].message_id)["tags"] == ["keep", "old"]  # not overwritten
         # a host changes message 4 after the bulk change: Undo leaves it alone
-        svc.update_message(message_id=targets[4].message_id, metadata_json='{"importance": 1}')
+        ToolCalls(svc).update_message(
+            message_id=targets[4].message_id, metadata_json='{"importance": 1}'
+        )
         undone = undo_change(svc, result)
         assert undone.changed == [targets[0].message_id, targets[3].message_id]
         assert undone.conflicts == [targets[4].message_id]

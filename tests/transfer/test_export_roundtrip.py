@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from export_samples import chatgpt_export, write_json
+from tool_calls import ToolCalls
 
 from convmem_engine.domain.errors import NotFoundError
 from convmem_engine.service import MemoryService
@@ -35,6 +36,7 @@ def svc(tmp_path: Path) -> Iterator[MemoryService]:
 
 def fill(svc: MemoryService) -> None:
     """Messages with every kind of metadata, updates (revision > 1) and a delete."""
+    tools = ToolCalls(svc)  # metadata as a host sends it
     ids = []
     for i in range(30):
         md: dict[str, Any] = {
@@ -49,7 +51,7 @@ def fill(svc: MemoryService) -> None:
         if ids:
             md["relations"] = [{"type": "depends_on", "message_id": ids[-1]}]
             md["source_message_ids"] = ids[-2:]
-        r = svc.write_message(
+        r = tools.write_message(
             session_id=f"s{i % 4}",
             role=("user", "assistant", "system")[i % 3],
             content=f'message {i} 日本語 \u2028 "quoted"\n',
@@ -57,7 +59,7 @@ def fill(svc: MemoryService) -> None:
         )
         ids.append(r["message"]["message_id"])
     svc.update_message(message_id=ids[3], content="edited once")
-    svc.update_message(message_id=ids[3], metadata_json='{"memory_kind": "procedure"}')
+    tools.update_message(message_id=ids[3], metadata_json='{"memory_kind": "procedure"}')
     svc.delete_message(message_id=ids[4])
 
 
