@@ -130,7 +130,25 @@ DEMO: list[tuple[str, str, str, dict[str, Any]]] = [
 ]
 
 
-def fill_demo(svc: Any) -> dict[str, str]:
+class _ToolCalls:
+    """The demo's writes as a host sends them (metadata as JSON strings): each tool name runs
+    `ToolRegistry.call`; an argument given as None is left out."""
+
+    def __init__(self, service: Any) -> None:
+        from convmem_engine.tools import ToolRegistry
+
+        self._tools = ToolRegistry.for_service(service)
+
+    def __getattr__(self, name: str) -> Any:
+        def call(**arguments: Any) -> Any:
+            given = {key: value for key, value in arguments.items() if value is not None}
+            return self._tools.call(name, given)
+
+        return call
+
+
+def fill_demo(service: Any) -> dict[str, str]:
+    svc = _ToolCalls(service)
     ids: dict[str, str] = {}
     for i, (session, role, content, meta) in enumerate(DEMO):
         msg = svc.write_message(
