@@ -1,8 +1,12 @@
 """`convmem app`: the tray app that owns a data dir and serves its hosts over the local pipe.
 
+The app runs the engine's `Runtime` (convmem_engine.runtime), the same object as `convmem
+serve`: lock, store, service, engine loop, MCP server; its listener is the local pipe
+(`PipeBridge`). The app's own states are `AppState` (a machine documented in docs/app.md).
+
 Startup: a second app for the same data dir first asks the running one (a control message on
-the pipe) to raise its window, then exits 0. Otherwise the store is opened off the GUI thread
-(which takes the data-dir lock), the MCP server is built, and only then the pipe listens: a
+the pipe) to raise its window, then exits 0. Otherwise the runtime opens off the GUI thread
+(which takes the data-dir lock and builds the MCP server), and only then the pipe listens: a
 stale socket left by a crash is removed while we hold the lock, never a live app's.
 
 A BUSY lock is first taken for "an app is starting up": for `busy_wait` seconds the app keeps
@@ -10,8 +14,9 @@ trying to hand over and to open; then the BUSY error shows. Every startup proble
 tray notification and in a window with what to do next (`startup_error`).
 
 Quit (tray, control message, SIGTERM/SIGINT, closing the window when there is no tray) is
-graceful: the pipe stops accepting, requests already received finish and are answered, the
-sessions end, background work ends, the service closes (releasing the lock).
+graceful: the browser's background reads end, then the runtime stops: the pipe stops
+accepting, requests already received finish and are answered, the sessions end, the service
+closes (releasing the lock).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import enum
 import json
 import logging
 import os
@@ -46,15 +52,16 @@ from PySide6.QtWidgets import QApplication
 
 from convmem_app.hosts.configure import shim_command
 from convmem_app.shell import autostart, claude_desktop
-from convmem_app.shell.pipe_bridge import ListenError, PipeBridge, control_line
+from convmem_app.shell.pipe_bridge import PipeBridge, control_line
 from convmem_app.shell.startup_error import StartupErrorWindow, describe
 from convmem_app.shell.tray import Tray, app_icon
 from convmem_app.shim.paths import endpoint, resolve_data_dir
-from convmem_engine.runtime.engine_thread import EngineThread
+from convmem_engine.domain.errors import BusyError
+from convmem_engine.runtime import ListenerError, Runtime, RuntimeHealth, RuntimeState
 
 if TYPE_CHECKING:
     from convmem_app.browser import MemoryBrowser
-from convmem_engine.domain.errors import BusyError
+    from convmem_engine.service import MemoryService
 
 log = logging.getLogger(__name__)
 
@@ -143,21 +150,38 @@ def default_settings() -> QSettings:
     return QSettings(QSettings.Format.IniFormat, QSettings.Scope.UserScope, "ConvMem", "ConvMem")
 
 
+class AppState(enum.StrEnum):
+    """The app's life cycle (docs/app.md, "The app's states"). Values are what `stateChanged`
+    carries and what the `status` control message reports."""
+
+    NEW = "new"  # constructed; start() not called yet
+    STARTING = "starting"  # the runtime opens on a worker thread (lock, store, server)
+    WAITING = "waiting"  # the lock is BUSY: retrying to open / to hand over, until busy_wait
+    RUNNING = "running"  # the runtime runs and the pipe listens: hosts are served
+    ERROR = "error"  # startup failed: the error window says why; Retry -> STARTING
+    HANDED_OVER = "handed-over"  # another app for this data dir answered: we step aside
+    QUITTING = "quitting"  # quit(): the browser's work ends, then the runtime stops
+    STOPPED = "stopped"  # everything closed, `finished` emitted; final
+
+
 class ConvMemApp(QObject):
-    """Owns the tray, the engine thread, the service, the pipe bridge and the windows."""
+    """Owns the tray, the windows and the engine's `Runtime` (with its pipe listener)."""
 
     finished = Signal(int)  # exit status, once the app has fully stopped
-    stateChanged = Signal(str)
+    stateChanged = Signal(str)  # an AppState value
     hostsChanged = Signal(int)
     healthChanged = Signal(str)
-    rebuildFinished = Signal(object)
+    rebuildFinished = Signal(object)  # rebuild_index's result dict, or the exception it raised
     messageShown = Signal(str, str)
 
-    _opened = Signal(object)
-    _openFailed = Signal(object)
-    _healthReady = Signal(object)
+    # Emitted on worker, engine and writer threads: queued, so the slots run on the GUI thread.
+    _opened = Signal(Runtime)
+    _openFailed = Signal(Runtime, BaseException)
+    _runtimeStopped = Signal()
+    _healthReady = Signal(RuntimeHealth)
     _rebuildDone = Signal(object)
     _storeChanged = Signal()
+    _clientsChanged = Signal()
 
     def __init__(
         self,
@@ -174,15 +198,14 @@ class ConvMemApp(QObject):
         self.busy_wait = busy_wait
         self.quit_grace = quit_grace
         self.settings = settings if settings is not None else default_settings()
-        self.state = "new"
+        self.state = AppState.NEW
         self.exit_code = EXIT_OK
-        self.service: Any = None
+        self.runtime: Runtime | None = None
         self.bridge: PipeBridge | None = None
-        self.engine: EngineThread | None = None
         self.window: MemoryBrowser | None = None
         self.error_window: StartupErrorWindow | None = None
         self.last_problem_code = ""
-        self._unsubscribe: Callable[[], None] | None = None
+        self._unsubscribe: list[Callable[[], None]] = []
         self._busy_deadline: float | None = None
         self._quitting = False
         self._rebuilding = False
@@ -198,12 +221,13 @@ class ConvMemApp(QObject):
         self.tray.login_action.setChecked(self.start_at_login)
         self.tray.startAtLoginToggled.connect(self.set_start_at_login)
 
-        # Emitted on worker and writer threads: queued, so the slots run on the GUI thread.
         queued = Qt.ConnectionType.QueuedConnection
         self._opened.connect(self._on_opened, queued)
         self._openFailed.connect(self._on_open_failed, queued)
+        self._runtimeStopped.connect(self._finish, queued)
         self._healthReady.connect(self._on_health, queued)
         self._rebuildDone.connect(self._on_rebuild_done, queued)
+        self._clientsChanged.connect(self._on_clients, queued)
         self._health_timer = QTimer(self)
         self._health_timer.setInterval(HEALTH_INTERVAL_MS)
         self._health_timer.timeout.connect(self.refresh_health)
@@ -215,67 +239,68 @@ class ConvMemApp(QObject):
 
     # ---- startup ----
 
-    def _set_state(self, state: str) -> None:
+    def _set_state(self, state: AppState) -> None:
         self.state = state
-        self.stateChanged.emit(state)
+        self.stateChanged.emit(state.value)
+
+    @property
+    def service(self) -> MemoryService | None:
+        """The running runtime's service (None unless RUNNING)."""
+        runtime = self.runtime
+        if runtime is None or runtime.state is not RuntimeState.RUNNING:
+            return None
+        return runtime.service
 
     def start(self) -> None:
-        """Open the store (off the GUI thread), then listen. Also what Retry does."""
-        if self._quitting or self.state in ("starting", "running"):
+        """Open the runtime (off the GUI thread), then listen. Also what Retry does."""
+        if self._quitting or self.state in (AppState.STARTING, AppState.RUNNING):
             return
-        self._set_state("starting")
+        self._set_state(AppState.STARTING)
         self.tray.set_text("Starting…")
         if self.has_tray:
             self.tray.show()
-        if self.engine is None:
-            self.engine = EngineThread()
-            self.engine.start()
-        self._workers.submit(self._open_worker).add_done_callback(_log_worker_failure)
+        if self.runtime is None or self.runtime.state is RuntimeState.STOPPED:
+            self.runtime = Runtime(self.data_dir)
+        self._submit_open(self.runtime)
 
-    def _open_worker(self) -> None:
+    def _submit_open(self, runtime: Runtime) -> None:
+        self._workers.submit(self._open_worker, runtime).add_done_callback(_log_worker_failure)
+
+    def _open_worker(self, runtime: Runtime) -> None:
         try:
-            from convmem_engine.mcp import build_server, serve_lines
-            from convmem_engine.service import MemoryService
-
-            service = MemoryService.open(self.data_dir)
-            try:
-                server = build_server(service)
-            except BaseException:
-                service.close()
-                raise
+            runtime.open()
         except Exception as exc:
-            self._openFailed.emit(exc)
+            self._openFailed.emit(runtime, exc)
             return
-        self._opened.emit((service, server, serve_lines))
+        self._opened.emit(runtime)
 
-    def _on_opened(self, payload: tuple[Any, Any, Any]) -> None:
-        service, server, serve = payload
+    def _on_opened(self, runtime: Runtime) -> None:
         if self._quitting:
-            service.close()
-            self._finish()
+            self._stop_runtime()
             return
-        assert self.engine is not None
-        bridge = PipeBridge(self.engine, server, serve, self)
+        bridge = PipeBridge(endpoint(self.data_dir), self)
         try:
-            bridge.listen(endpoint(self.data_dir))
-        except (ListenError, OSError) as exc:
+            runtime.add_listener(bridge)
+        except (ListenerError, OSError) as exc:
             bridge.deleteLater()
-            service.close()
+            runtime.stop()  # no listener yet: closes the store and releases the lock at once
             self._show_problem(exc)
             return
-        self.service, self.bridge = service, bridge
+        self.bridge = bridge
         self._busy_deadline = None
-        bridge.hostsChanged.connect(self._on_hosts)
         bridge.raiseRequested.connect(self.show_window)
         bridge.quitRequested.connect(self.quit)
         bridge.set_status_provider(self._control_status)
-        self._unsubscribe = service.subscribe(lambda _event: self._storeChanged.emit())
+        self._unsubscribe = [
+            runtime.service.subscribe(lambda _event: self._storeChanged.emit()),
+            runtime.clients.subscribe(self._clientsChanged.emit),
+        ]
         if self.error_window is not None:
             self.error_window.hide()
         self.tray.set_engine_ready(True)
         self.tray.set_hosts(0)
         self.tray.set_health("OK")
-        self._set_state("running")
+        self._set_state(AppState.RUNNING)
         self.refresh_health()
         self._health_timer.start()
         if not self.has_tray or not self.minimized:
@@ -283,11 +308,11 @@ class ConvMemApp(QObject):
 
     def _control_status(self) -> dict[str, object]:
         visible = self.window is not None and self.window.isVisible()
-        return {"state": self.state, "pid": os.getpid(), "window_visible": visible}
+        return {"state": self.state.value, "pid": os.getpid(), "window_visible": visible}
 
-    def _on_open_failed(self, exc: BaseException) -> None:
+    def _on_open_failed(self, runtime: Runtime, exc: BaseException) -> None:
         if self._quitting:
-            self._finish()
+            self._stop_runtime()
             return
         if isinstance(exc, BusyError):
             now = time.monotonic()
@@ -297,21 +322,22 @@ class ConvMemApp(QObject):
             command = handover_command(self.minimized)
             with contextlib.suppress(OSError):
                 if send_control(endpoint(self.data_dir), command, 500) is not None:
-                    self._set_state("handed-over")
-                    self._finish()
+                    self._set_state(AppState.HANDED_OVER)
+                    self._stop_runtime()
                     return
             if now < self._busy_deadline:
-                self._set_state("waiting")
+                self._set_state(AppState.WAITING)
                 QTimer.singleShot(250, self._retry_open)
                 return
         self._show_problem(exc)
 
     def _retry_open(self) -> None:
         if self._quitting:
-            self._finish()
+            self._stop_runtime()
             return
-        self._set_state("starting")
-        self._workers.submit(self._open_worker).add_done_callback(_log_worker_failure)
+        assert self.runtime is not None
+        self._set_state(AppState.STARTING)
+        self._submit_open(self.runtime)
 
     def _show_problem(self, exc: BaseException) -> None:
         self._busy_deadline = None
@@ -329,7 +355,7 @@ class ConvMemApp(QObject):
         self.tray.set_text(f"Cannot start: {problem.code}")
         self.tray.set_engine_ready(False)
         self._notify(problem.title, f"{problem.detail} {problem.next_steps}", critical=True)
-        self._set_state("error")
+        self._set_state(AppState.ERROR)
 
     def _notify(self, title: str, text: str, critical: bool = False) -> None:
         self.tray.notify(title, text, critical)
@@ -339,24 +365,30 @@ class ConvMemApp(QObject):
 
     @property
     def host_count(self) -> int:
-        return self.bridge.host_count if self.bridge is not None else 0
+        """Connected hosts, over every transport of the runtime."""
+        runtime = self.runtime
+        return runtime.clients.count() if runtime is not None else 0
 
-    def _on_hosts(self, count: int) -> None:
+    def _on_clients(self) -> None:
+        if self._quitting:
+            return
+        count = self.host_count
         self.tray.set_hosts(count)
         self.hostsChanged.emit(count)
 
     def show_window(self) -> None:
-        if self.state == "error" and self.error_window is not None:
+        if self.state is AppState.ERROR and self.error_window is not None:
             self.error_window.show()
             self.error_window.raise_()
             self.error_window.activateWindow()
             return
-        if self.service is None or self._quitting:
+        service = self.service
+        if service is None or self._quitting:
             return
         if self.window is None:
             from convmem_app.browser import MemoryBrowser  # Qt models and views: load on demand
 
-            self.window = MemoryBrowser(self.service, settings=self.settings)
+            self.window = MemoryBrowser(service, settings=self.settings)
             self.window.setWindowIcon(app_icon())
             if not self.has_tray:
                 self.window.menuBar().addMenu(self.tray.menu)
@@ -374,10 +406,15 @@ class ConvMemApp(QObject):
         return text
 
     def refresh_health(self) -> None:
-        if self.service is None or self._health_pending or self._quitting:
+        runtime = self.runtime
+        if runtime is None or self.service is None or self._health_pending or self._quitting:
             return
         self._health_pending = True
-        self._call_in_worker(self.service.get_system_health, self._healthReady)
+
+        def work() -> None:
+            self._healthReady.emit(runtime.health())
+
+        self._workers.submit(work).add_done_callback(_log_worker_failure)
 
     def _call_in_worker(self, call: Callable[[], object], done: SignalInstance) -> None:
         """Run `call` on a worker thread; `done` carries its result, or the exception it raised,
@@ -392,22 +429,23 @@ class ConvMemApp(QObject):
 
         self._workers.submit(work).add_done_callback(_log_worker_failure)
 
-    def _on_health(self, result: object) -> None:
+    def _on_health(self, health: RuntimeHealth) -> None:
         self._health_pending = False
         if self._quitting or self.service is None:
             return
-        if isinstance(result, BaseException):  # shown as DEGRADED; say why where it can be read
-            log.error("health check failed: %s", describe(result, self.data_dir).code)
-        status = str(result.get("status", "OK")) if isinstance(result, dict) else "DEGRADED"
+        if health.error:  # shown as DEGRADED; say why where it can be read
+            log.error("health check failed: %s", health.error)
+        status = health.status or "DEGRADED"
         self.tray.set_health(status)
         self.healthChanged.emit(status)
 
     def rebuild_index(self) -> None:
-        if self.service is None or self._rebuilding or self._quitting:
+        service = self.service
+        if service is None or self._rebuilding or self._quitting:
             return
         self._rebuilding = True
         self.tray.rebuild_action.setEnabled(False)
-        self._call_in_worker(self.service.rebuild_index, self._rebuildDone)
+        self._call_in_worker(service.rebuild_index, self._rebuildDone)
 
     def _on_rebuild_done(self, result: object) -> None:
         self._rebuilding = False
@@ -451,50 +489,49 @@ class ConvMemApp(QObject):
 
     def quit(self) -> None:
         """Graceful quit; `finished` is emitted when everything is closed."""
-        if self._quitting or self.state == "stopped":
+        if self._quitting or self.state is AppState.STOPPED:
             return
         self._quitting = True
-        self.exit_code = EXIT_STARTUP_FAILED if self.state == "error" else EXIT_OK
-        opening = self.state in ("starting", "waiting")
-        self._set_state("quitting")
+        self.exit_code = EXIT_STARTUP_FAILED if self.state is AppState.ERROR else EXIT_OK
+        opening = self.state in (AppState.STARTING, AppState.WAITING)
+        self._set_state(AppState.QUITTING)
         self.tray.set_text("Quitting…")
         self.tray.set_engine_ready(False)
         self._health_timer.stop()
         self._change_timer.stop()
+        for unsubscribe in self._unsubscribe:
+            unsubscribe()
+        self._unsubscribe = []
         if self.window is not None:
             self.window.hide()
-        if self.error_window is not None:
-            self.error_window.hide()
-        if self.bridge is not None:
-            self.bridge.drained.connect(self._finish)
-            self.bridge.shutdown(self.quit_grace)
-        elif not opening:
-            self._finish()
-        # else: the open in progress reports back and `_on_opened` / `_on_open_failed` finish.
-
-    def _finish(self) -> None:
-        if self.state == "stopped":
-            return
-        self._workers.shutdown(wait=True)  # a running rebuild or health check ends first
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
-        if self.window is not None:
             if not self.window.shutdown():  # background reads end before the service closes
                 log.warning("the browser's background work outlasted the quit; closing anyway")
+        if self.error_window is not None:
+            self.error_window.hide()
+        if not opening:
+            self._stop_runtime()
+        # else: the open in progress reports back and `_on_opened` / `_on_open_failed` stop.
+
+    def _stop_runtime(self) -> None:
+        """Stop the runtime without blocking the GUI loop (the pipe drains on it); `_finish`
+        runs when it is stopped."""
+        runtime = self.runtime
+        if runtime is None or runtime.state is RuntimeState.STOPPED:
+            self._finish()
+            return
+        future = runtime.stop_async(self.quit_grace)
+        future.add_done_callback(lambda _future: self._runtimeStopped.emit())
+
+    def _finish(self) -> None:
+        if self.state is AppState.STOPPED:
+            return
+        self._workers.shutdown(wait=True)  # a running rebuild or health check ends first
+        if self.window is not None:
             self.window.close()
             self.window.deleteLater()
             self.window = None
-        if self.service is not None:
-            try:
-                self.service.close()
-            except Exception as exc:  # the lock is released by process exit anyway
-                log.error("closing the store failed: %s", type(exc).__name__)
-            self.service = None
-        if self.engine is not None:
-            self.engine.stop()
         self.tray.hide()
-        self._set_state("stopped")
+        self._set_state(AppState.STOPPED)
         self.finished.emit(self.exit_code)
 
 
@@ -575,4 +612,4 @@ def main(argv: list[str] | None = None) -> int:
     return int(status)
 
 
-__all__ = ["ConvMemApp", "host_configuration", "main", "send_control", "shim_command"]
+__all__ = ["AppState", "ConvMemApp", "host_configuration", "main", "send_control", "shim_command"]

@@ -1,4 +1,8 @@
-"""The local pipe: a QLocalServer whose connections become MCP sessions on the engine thread.
+"""The local pipe: a QLocalServer whose connections become MCP sessions on the runtime's loop.
+
+`PipeBridge` is the app's `Listener` (transport "pipe") of `convmem_engine.runtime`: the app
+adds it to the running Runtime from the GUI thread (`start` listens), and `Runtime.stop` stops
+it (`stop` runs the graceful shutdown below and waits until it is done).
 
 Each accepted QLocalSocket is one host (one `convmem-shim`). Its bytes are fed, from the Qt
 main thread, into an `asyncio.StreamReader` on the engine loop (`call_soon_threadsafe`); the
@@ -14,9 +18,9 @@ way, so a host's first bytes are recognised after at most 19 bytes and pass on u
 
 Graceful shutdown (`shutdown()`): stop accepting connections; end each session's input at
 the next line boundary (a request half received is let through whole) and answer requests that
-arrive later with a JSON-RPC error; `serve_lines` answers every request it has read before it
+arrive later with a JSON-RPC error; each session answers every request it has read before it
 returns (bounded by the grace period); write out what is still buffered, close the sockets,
-then emit `drained`.
+then emit `drained`. `stop(0)` while that runs cancels the sessions still running.
 """
 
 from __future__ import annotations
@@ -24,18 +28,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtNetwork import QLocalServer, QLocalSocket
 
-from convmem_engine.runtime.engine_thread import EngineThread
+from convmem_engine.mcp.line_transport import READ_CHUNK_BYTES
+from convmem_engine.runtime import ListenerError
 
-ServeLines = Callable[
-    [Any, asyncio.StreamReader, Callable[[bytes], Awaitable[None]]], Awaitable[None]
-]
+if TYPE_CHECKING:
+    from convmem_engine.runtime import EngineThread, Runtime
 
 CONTROL_PREFIX = b'{"convmem_control":'
 CONTROL_LINE_MAX = 4096
@@ -49,10 +53,6 @@ HIGH_WATER = 4 * 1024 * 1024
 LOW_WATER = 1024 * 1024
 
 log = logging.getLogger(__name__)
-
-
-class ListenError(Exception):
-    """The local server could not listen on its name (message says why)."""
 
 
 def control_line(command: str, **extra: object) -> bytes:
@@ -96,7 +96,9 @@ class _Connection:
 
 
 class PipeBridge(QObject):
-    """Owns the QLocalServer; every host connection is one `serve_lines` session."""
+    """Owns the QLocalServer; every host connection is one `Runtime.serve_session`."""
+
+    transport = "pipe"
 
     hostsChanged = Signal(int)
     raiseRequested = Signal()
@@ -106,18 +108,15 @@ class PipeBridge(QObject):
     _outgoing = Signal(int, object)
     _engineEnded = Signal(int)
     _engineDrained = Signal()
+    _shutdownRequested = Signal(float)
 
-    def __init__(
-        self,
-        engine: EngineThread,
-        server: object,
-        serve: ServeLines,
-        parent: QObject | None = None,
-    ) -> None:
+    def __init__(self, name: str, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._engine = engine
-        self._server_obj = server
-        self._serve = serve
+        self.name = name
+        self._runtime: Runtime | None = None
+        self._engine: EngineThread | None = None
+        self._stopped: asyncio.Event | None = None  # engine thread: set once drained
+        self._drained = False
         self._local = QLocalServer(self)
         self._local.setSocketOptions(QLocalServer.SocketOption.UserAccessOption)
         self._local.setMaxPendingConnections(128)
@@ -132,6 +131,7 @@ class PipeBridge(QObject):
         self._outgoing.connect(self._on_outgoing, queued)
         self._engineEnded.connect(self._on_engine_ended, queued)
         self._engineDrained.connect(self._on_engine_drained, queued)
+        self._shutdownRequested.connect(self.shutdown, queued)
         self._close_timer = QTimer(self)
         self._close_timer.setSingleShot(True)
         self._close_timer.timeout.connect(self._finish_drain)
@@ -147,12 +147,35 @@ class PipeBridge(QObject):
         """Extra fields for the answer to a `status` control message."""
         self._status_extra = provider
 
-    def listen(self, name: str) -> None:
-        """Listen on `name`. Call only while holding the data-dir lock: a stale socket of a
-        crashed app is removed first, which would also cut off a live app's socket."""
-        QLocalServer.removeServer(name)
-        if not self._local.listen(name):
-            raise ListenError(f"local pipe {name}: {self._local.errorString()}")
+    @property
+    def engine(self) -> EngineThread:
+        if self._engine is None:
+            raise RuntimeError("the pipe bridge has not been started")
+        return self._engine
+
+    def start(self, runtime: Runtime) -> None:
+        """Listen on `name` (the `Listener` start; GUI thread). Call only while the runtime
+        holds the data-dir lock: a stale socket of a crashed app is removed first, which would
+        also cut off a live app's socket. Raises `ListenerError`."""
+        self._runtime = runtime
+        self._engine = runtime.loop
+        QLocalServer.removeServer(self.name)
+        if not self._local.listen(self.name):
+            raise ListenerError(f"local pipe {self.name}: {self._local.errorString()}")
+
+    async def stop(self, grace: float) -> None:
+        """The `Listener` stop (engine loop): the graceful shutdown, waited for. A second call
+        with `grace` 0 cancels the sessions still running."""
+        if self._drained:
+            return
+        if self._stopped is None:
+            self._stopped = asyncio.Event()
+            self._shutdownRequested.emit(grace)
+        elif grace <= 0:
+            for session in list(self._sessions.values()):
+                if session.task is not None:
+                    session.task.cancel()
+        await self._stopped.wait()
 
     def _on_new_connection(self) -> None:
         while self._local.hasPendingConnections():
@@ -170,7 +193,7 @@ class PipeBridge(QObject):
             socket.readyRead.connect(lambda c=conn: self._on_ready_read(c))
             socket.disconnected.connect(lambda c=conn: self._on_disconnected(c))
             socket.bytesWritten.connect(
-                lambda count, c=conn: self._engine.call_soon(self._e_written, c.cid, count)
+                lambda count, c=conn: self.engine.call_soon(self._e_written, c.cid, count)
             )
             if socket.bytesAvailable():
                 self._on_ready_read(conn)
@@ -180,7 +203,7 @@ class PipeBridge(QObject):
         if not data:
             return
         if conn.mode == "mcp":
-            self._engine.call_soon(self._e_feed, conn.cid, data)
+            self.engine.call_soon(self._e_feed, conn.cid, data)
             return
         conn.buffer += data
         if conn.mode == "sniff":
@@ -197,8 +220,8 @@ class PipeBridge(QObject):
     def _start_mcp(self, conn: _Connection) -> None:
         conn.mode = "mcp"
         data, conn.buffer = conn.buffer, b""
-        self._engine.call_soon(self._e_start, conn.cid)
-        self._engine.call_soon(self._e_feed, conn.cid, data)
+        self.engine.call_soon(self._e_start, conn.cid)
+        self.engine.call_soon(self._e_feed, conn.cid, data)
         self._set_hosts(self._hosts + 1)
 
     def _handle_control(self, conn: _Connection) -> None:
@@ -229,7 +252,7 @@ class PipeBridge(QObject):
         if self._connections.pop(conn.cid, None) is None:
             return
         if conn.mode == "mcp":
-            self._engine.call_soon(self._e_disconnected, conn.cid)
+            self.engine.call_soon(self._e_disconnected, conn.cid)
             self._set_hosts(self._hosts - 1)
         conn.socket.deleteLater()
         self._maybe_finish_drain()
@@ -253,10 +276,12 @@ class PipeBridge(QObject):
     def shutdown(self, grace: float = 10.0) -> None:
         """Graceful stop (see module doc); emits `drained` once, when done."""
         if self._shutting_down:
+            if self._drained:  # already done (e.g. asked directly, then by the runtime)
+                self._signal_stopped()
             return
         self._shutting_down = True
         self._local.close()
-        if not self._engine.running:
+        if self._engine is None or not self._engine.running:
             self._on_engine_drained()
             return
         self._engine.submit(self._e_drain(grace))
@@ -278,7 +303,14 @@ class PipeBridge(QObject):
         self._connections.clear()
         if self._hosts:
             self._set_hosts(0)
+        self._drained = True
+        self._signal_stopped()
         self.drained.emit()
+
+    def _signal_stopped(self) -> None:
+        stopped = self._stopped
+        if stopped is not None and self._engine is not None:
+            self._engine.call_soon(stopped.set)
 
     # ---- engine thread ---------------------------------------------------------------------
 
@@ -295,9 +327,13 @@ class PipeBridge(QObject):
                 session.writable.clear()
                 await session.writable.wait()
 
+        async def read_chunk() -> bytes:
+            return await session.reader.read(READ_CHUNK_BYTES)
+
         async def run() -> None:
+            assert self._runtime is not None
             try:
-                await self._serve(self._server_obj, session.reader, send)
+                await self._runtime.serve_session(self.transport, read_chunk, send)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a bug or a broken session: end this host only
@@ -367,7 +403,7 @@ class PipeBridge(QObject):
                 session.accepting = False
                 if session.at_line_start:
                     self._e_end_input(session)
-            # `serve_lines` answers every request it has read before it returns.
+            # A session answers every request it has read before it returns.
             tasks = [s.task for s in self._sessions.values() if s.task is not None]
             if tasks:
                 _done, pending = await asyncio.wait(tasks, timeout=max(0.5, deadline - loop.time()))

@@ -9,7 +9,6 @@ from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtGui import QCloseEvent, QDesktopServices
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from convmem_app.shell.pipe_bridge import ListenError
 from convmem_app.shim.paths import SocketDirError
 from convmem_engine.domain.errors import (
     BusyError,
@@ -19,6 +18,7 @@ from convmem_engine.domain.errors import (
     StoreIOError,
     UnsafeDataDirError,
 )
+from convmem_engine.runtime import ListenerError
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def describe(error: BaseException, data_dir: Path) -> StartupProblem:
             detail,
             f"Check free disk space and the permissions of {data_dir}, then click Retry.",
         )
-    if isinstance(error, ListenError):
+    if isinstance(error, ListenerError):
         return StartupProblem(
             "PIPE",
             "Hosts cannot reach ConvMem",

@@ -14,8 +14,7 @@ from pytestqt.qtbot import QtBot
 
 from convmem_app.shell.pipe_bridge import SHUTTING_DOWN_CODE, PipeBridge
 from convmem_app.shim.paths import endpoint
-from convmem_engine.mcp import build_server, serve_lines
-from convmem_engine.runtime.engine_thread import EngineThread
+from convmem_engine.runtime import Runtime
 from convmem_engine.service import MemoryService
 
 pytestmark = pytest.mark.gui
@@ -29,24 +28,26 @@ def write(request_id: int, content: str) -> bytes:
 
 
 class Bridge:
-    def __init__(self, data_dir: Path) -> None:
-        self.service = MemoryService.open(data_dir)
-        self.engine = EngineThread()
-        self.engine.start()
-        self.bridge = PipeBridge(self.engine, build_server(self.service), serve_lines)
-        self.name = endpoint(data_dir)
-        self.bridge.listen(self.name)
+    """A running Runtime with the pipe bridge as its listener (as the app has it)."""
 
-    def close(self) -> None:
-        self.engine.stop()
-        self.service.close()
+    def __init__(self, data_dir: Path) -> None:
+        self.runtime = Runtime(data_dir)
+        self.runtime.open()
+        self.service = self.runtime.service
+        self.name = endpoint(data_dir)
+        self.bridge = PipeBridge(self.name)
+        self.runtime.add_listener(self.bridge)
+
+    def close(self, qtbot: QtBot) -> None:
+        stopped = self.runtime.stop_async(0)  # the bridge drains on the Qt loop: keep it running
+        qtbot.waitUntil(stopped.done, timeout=30_000)
 
 
 @pytest.fixture
-def bridge(tmp_path: Path) -> Iterator[Bridge]:
+def bridge(tmp_path: Path, qtbot: QtBot) -> Iterator[Bridge]:
     b = Bridge(tmp_path / "data")
     yield b
-    b.close()
+    b.close(qtbot)
 
 
 def read_line(sock: socket.socket, qtbot: QtBot, buffer: bytearray) -> bytes:
@@ -115,3 +116,23 @@ def test_quit_lets_a_half_sent_request_finish_and_refuses_later_ones(
     history = bridge.service.read_messages(session_id="bridge")["history"]
     assert [m["content"] for m in history] == ["sent in two halves"]
     assert not Path(bridge.name).exists()
+
+
+def test_the_runtime_lists_pipe_hosts_and_its_stop_drains_the_pipe(
+    bridge: Bridge, qtbot: QtBot
+) -> None:
+    buffer = bytearray()
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(bridge.name)
+        sock.sendall(INITIALIZE)
+        assert json.loads(read_line(sock, qtbot, buffer))["id"] == 1
+        (client,) = bridge.runtime.clients.clients()
+        assert (client.transport, client.name, client.requests) == ("pipe", "bridge-test", 1)
+        sock.sendall(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n' + write(2, "x"))
+        assert json.loads(read_line(sock, qtbot, buffer))["id"] == 2
+        stopped = bridge.runtime.stop_async(10.0)
+        assert read_line(sock, qtbot, buffer) == b"<EOF>"  # the runtime's stop closed the pipe
+        qtbot.waitUntil(stopped.done, timeout=30_000)
+    assert bridge.runtime.clients.count() == 0
+    assert not Path(bridge.name).exists()
+    MemoryService.open(bridge.runtime.data_dir).close()  # the lock was released

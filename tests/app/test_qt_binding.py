@@ -10,6 +10,7 @@ bug back, without crashing: it counts references over a few hundred calls.
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 
@@ -21,6 +22,13 @@ SLACK = 20  # unrelated references taken or dropped meanwhile (caches, the test 
 # From Python 3.12 True, False and None are immortal (PEP 683): the bug cannot free them there
 # and their reference counts no longer count anything, so only older Pythons can check.
 COUNTS_REFERENCES = sys.version_info < (3, 12)
+
+
+def count(obj: object) -> int:
+    """References to `obj` now, after collecting the garbage earlier tests left (cycles holding
+    True or None, freed at an arbitrary later moment, would otherwise count as lost here)."""
+    gc.collect()
+    return sys.getrefcount(obj)
 
 
 def assert_kept(obj: object, before: int) -> None:
@@ -39,7 +47,7 @@ def test_emit_keeps_reference_counts(qtbot: QtBot) -> None:
     received: list[object] = []
     emitter.payload.connect(received.append)
     emitter.bare.connect(lambda: None)
-    before = sys.getrefcount(True), sys.getrefcount(False)
+    before = count(True), count(False)
     for i in range(CALLS):
         emitter.payload.emit(("reply", i))
         emitter.bare.emit()
@@ -53,7 +61,7 @@ def test_queued_emit_from_another_thread_keeps_payloads_alive(qtbot: QtBot) -> N
     emitter = Emitter()
     received: list[tuple[str, int]] = []
     emitter.payload.connect(received.append)
-    before = sys.getrefcount(True)
+    before = count(True)
     worker = threading.Thread(
         target=lambda: [emitter.payload.emit(("reply", i)) for i in range(CALLS)]
     )
@@ -65,7 +73,7 @@ def test_queued_emit_from_another_thread_keeps_payloads_alive(qtbot: QtBot) -> N
 
 
 def test_process_events_keeps_reference_counts(qtbot: QtBot) -> None:
-    before = sys.getrefcount(None)
+    before = count(None)
     for _ in range(CALLS):
         QCoreApplication.processEvents()
     assert_kept(None, before)
