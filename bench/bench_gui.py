@@ -38,6 +38,8 @@ from PySide6.QtWidgets import QApplication
 from ulid import ULID
 
 from convmem_app.browser import MemoryBrowser
+from convmem_app.browser.maintenance_panel import MaintenancePanel
+from convmem_app.browser.search_panel import SearchPanel
 from convmem_engine.domain import Message
 from convmem_engine.service import MemoryService
 from convmem_engine.storage import Store
@@ -167,8 +169,8 @@ def browser_rebuild(
         settle(200)
         beat.start()
         t = time.perf_counter()
-        b.maintenance.rebuild()
-        [result] = wait_for(b.maintenance.rebuildFinished, 600)
+        b.page_of(MaintenancePanel).rebuild()
+        [result] = wait_for(b.page_of(MaintenancePanel).rebuildFinished, 600)
         rebuild_s = time.perf_counter() - t
         settle(1500)  # the health refresh and the sessions refresh the rebuild event triggers
         stall = beat.stop()
@@ -241,8 +243,8 @@ def main() -> None:
         b = MemoryBrowser(svc, settings=settings)
         b.show()
         constructed = (time.perf_counter() - t) * 1000
-        if b.sessions_model.rowCount() == 0:
-            wait_for(b.sessions_model.pageLoaded)
+        if b.browse.sessions_model.rowCount() == 0:
+            wait_for(b.browse.sessions_model.pageLoaded)
         settle(0)  # paint
         opened = (time.perf_counter() - t) * 1000
         settle(300)
@@ -260,25 +262,31 @@ def main() -> None:
         times: list[float] = []
         beat.start()
         for sid in (biggest, first_session, biggest):
-            b.history_model.set_session(None)
-            times.append(shown_after(partial(b.select_session, sid), b.history_model.pageLoaded))
+            b.browse.history_model.set_session(None)
+            times.append(
+                shown_after(
+                    partial(b.browse.select_session, sid), b.browse.history_model.pageLoaded
+                )
+            )
         hist_stall = beat.stop()
         shown = statistics.median(times)
         rows.append(
             (
-                f"select session → first history page ({b.history_model.rowCount()} rows)",
+                f"select session → first history page ({b.browse.history_model.rowCount()} rows)",
                 f"{shown:.0f} ms (direct: {peer_history:.1f} ms, x{shown / peer_history:.1f})",
             )
         )
         rows.append(("longest GUI stall while paging history", f"{hist_stall:.0f} ms"))
 
         # 3. search until results are shown
-        b.focus_search()
+        b.focus_page("search")
         times = []
         beat.start()
         for q in QUERIES:
-            b.search_panel.query.setText(q)
-            times.append(shown_after(b.search_panel.search, b.search_panel.searched))
+            b.page_of(SearchPanel).query.setText(q)
+            times.append(
+                shown_after(b.page_of(SearchPanel).search, b.page_of(SearchPanel).searched)
+            )
         search_stall = beat.stop()
         shown = statistics.median(times)
         rows.append(
@@ -292,7 +300,7 @@ def main() -> None:
         # 4. rebuild with the maintenance tab open, heartbeat running; then its peer: the same
         # rebuild with nothing frozen (the service's gc.freeze() after building its indexes is
         # the one freeze in the process; without it full collections walk every index object)
-        b.show_maintenance()
+        b.show_page("maintenance")
         for label, frozen in (("", True), ("peer: ", False)):
             stall, rebuild_s, result = browser_rebuild(b, beat, frozen)
             rows.append(

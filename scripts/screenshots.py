@@ -213,7 +213,9 @@ def inner(out: Path, only: set[str]) -> None:
     from PySide6.QtWidgets import QApplication, QWidget
 
     from convmem_app.browser import MemoryBrowser
-    from convmem_app.browser.window import DETAIL_CONTEXT, DETAIL_EDIT, DETAIL_MESSAGE
+    from convmem_app.browser.browse_panel import DETAIL_CONTEXT, DETAIL_EDIT, DETAIL_MESSAGE
+    from convmem_app.browser.maintenance_panel import MaintenancePanel
+    from convmem_app.browser.search_panel import SearchPanel
     from convmem_engine.service import MemoryService
 
     app = QApplication(sys.argv)
@@ -246,38 +248,40 @@ def inner(out: Path, only: set[str]) -> None:
         b = MemoryBrowser(svc, settings=settings)
         b.resize(1440, 900)
         b.show()
-        wait(lambda: b.sessions_model.exhausted and b.sessions_model.rowCount() > 0)
-        b.select_session("project-atlas")
-        wait(lambda: b.history_model.rowCount() > 0 and not b.history_model.loading)
+        wait(lambda: b.browse.sessions_model.exhausted and b.browse.sessions_model.rowCount() > 0)
+        b.browse.select_session("project-atlas")
+        wait(lambda: b.browse.history_model.rowCount() > 0 and not b.browse.history_model.loading)
         b.open_message(ids["summary"], "project-atlas")
-        wait(lambda: b.current_message() is not None and not b.detail.loading)
-        b.detail_tabs.setCurrentIndex(DETAIL_MESSAGE)
+        wait(lambda: b.browse.current_message() is not None and not b.browse.detail.loading)
+        b.browse.detail_tabs.setCurrentIndex(DETAIL_MESSAGE)
         shot(b, "browse.png")
 
         b.open_message(ids["project-atlas:2"], "project-atlas")
-        wait(lambda: (b.current_message() or {}).get("message_id") == ids["project-atlas:2"])
-        b.detail_tabs.setCurrentIndex(DETAIL_EDIT)
-        b.editor.tags.setText("atlas, decision, storage, " + "x" * 130)  # shows inline validation
+        wait(lambda: (b.browse.current_message() or {}).get("message_id") == ids["project-atlas:2"])
+        b.browse.detail_tabs.setCurrentIndex(DETAIL_EDIT)
+        b.browse.editor.tags.setText(
+            "atlas, decision, storage, " + "x" * 130
+        )  # shows inline validation
         pump()
         shot(b, "edit-metadata.png")
-        b.editor.revert()
+        b.browse.editor.revert()
 
         b.open_message(ids["summary"], "project-atlas")
-        wait(lambda: (b.current_message() or {}).get("message_id") == ids["summary"])
-        b.detail_tabs.setCurrentIndex(DETAIL_CONTEXT)
-        b.context_panel.depth_spin.setValue(2)
-        wait(lambda: b.context_panel.result is not None)
+        wait(lambda: (b.browse.current_message() or {}).get("message_id") == ids["summary"])
+        b.browse.detail_tabs.setCurrentIndex(DETAIL_CONTEXT)
+        b.browse.context_panel.depth_spin.setValue(2)
+        wait(lambda: b.browse.context_panel.result is not None)
         shot(b, "context-relations.png")
 
-        b.focus_search()
-        b.search_panel.query.setText("storage")
-        b.search_panel.search()
-        wait(lambda: b.search_panel.model.rowCount() > 0)
+        b.focus_page("search")
+        b.page_of(SearchPanel).query.setText("storage")
+        b.page_of(SearchPanel).search()
+        wait(lambda: b.page_of(SearchPanel).model.rowCount() > 0)
         shot(b, "search.png")
 
-        b.tabs.setCurrentIndex(0)
+        b.show_page("browse")
         b.open_message(ids["travel-2026:8"], "travel-2026")
-        wait(lambda: (b.current_message() or {}).get("message_id") == ids["travel-2026:8"])
+        wait(lambda: (b.browse.current_message() or {}).get("message_id") == ids["travel-2026:8"])
         b.delete_selected()
         wait(lambda: b.delete_confirmation is not None)
         box = b.delete_confirmation
@@ -286,20 +290,20 @@ def inner(out: Path, only: set[str]) -> None:
         box.reject()
         wait(lambda: b.delete_confirmation is None)
 
-        b.show_maintenance()
-        wait(lambda: b.maintenance.health is not None)
-        b.maintenance.rebuild()
-        wait(lambda: b.maintenance.last_rebuild is not None)
+        b.show_page("maintenance")
+        wait(lambda: b.page_of(MaintenancePanel).health is not None)
+        b.page_of(MaintenancePanel).rebuild()
+        wait(lambda: b.page_of(MaintenancePanel).last_rebuild is not None)
         wait(lambda: not b.runner.busy)
         shot(b, "maintenance.png")
 
         b.apply_color_scheme(Qt.ColorScheme.Dark)
-        b.tabs.setCurrentIndex(0)
+        b.show_page("browse")
         b.open_message(ids["project-atlas:2"], "project-atlas")
-        wait(lambda: (b.current_message() or {}).get("message_id") == ids["project-atlas:2"])
-        b.detail_tabs.setCurrentIndex(DETAIL_MESSAGE)
+        wait(lambda: (b.browse.current_message() or {}).get("message_id") == ids["project-atlas:2"])
+        b.browse.detail_tabs.setCurrentIndex(DETAIL_MESSAGE)
         shot(b, "browse-dark.png")
-        b.show_maintenance()
+        b.show_page("maintenance")
         pump(300)
         shot(b, "maintenance-dark.png")
 

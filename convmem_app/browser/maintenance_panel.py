@@ -20,12 +20,12 @@ from PySide6.QtWidgets import (
 
 from convmem_app.browser import format as fmt
 from convmem_app.browser import theme
-from convmem_app.browser.jobs import Job, JobRunner
+from convmem_app.browser.jobs import Job
 from convmem_app.browser.memory_chart import PARTS, MemoryChart
-from convmem_app.browser.service_panel import ServicePanel
+from convmem_app.browser.page import BrowserPage, PageContext
 
 if TYPE_CHECKING:
-    from convmem_engine.service import MemoryService
+    pass
 
 STORE_FIELDS = (
     ("format_version", "Format version", "int"),
@@ -68,15 +68,25 @@ def _form_label() -> QLabel:
     return label
 
 
-class MaintenancePanel(ServicePanel):
+class MaintenancePanel(BrowserPage):
+    """The Maintenance page: rebuild with its result, and every health field (the memory
+    estimate as a chart, the I/O counters). Health is read when the page is shown and, while
+    it is shown, at most once a second as the store changes."""
+
+    name = "maintenance"
+    title = "&Maintenance"
+
     rebuildFinished = Signal(dict)
     rebuildFailed = Signal(str)
     healthLoaded = Signal(dict)
 
-    def __init__(
-        self, service: MemoryService, runner: JobRunner, parent: QWidget | None = None
-    ) -> None:
-        super().__init__(service, runner, parent)
+    def __init__(self, context: PageContext, parent: QWidget | None = None) -> None:
+        super().__init__(context, parent)
+        self._health_stale = True
+        self._health_timer = QTimer(self)
+        self._health_timer.setSingleShot(True)
+        self._health_timer.setInterval(1000)
+        self._health_timer.timeout.connect(self._refresh_health_if_current)
         self._rebuild_job: Job | None = None
         self._health_job: Job | None = None
         self._health_again = False
@@ -173,6 +183,29 @@ class MaintenancePanel(ServicePanel):
 
         self.rebuild_button.clicked.connect(self.rebuild)
         self.refresh_button.clicked.connect(self.refresh_health)
+
+    # --- the page's hooks ---
+
+    def page_shown(self) -> None:
+        if self._health_stale:
+            self._refresh_health_if_current()
+
+    def refresh(self, current: bool) -> None:
+        self._health_stale = True
+        self._refresh_health_if_current()
+
+    def on_change(self, kind: str, message_id: str | None, session_id: str | None) -> None:
+        # throttled, not debounced: a steady stream of writes still refreshes every second
+        self._health_stale = True
+        if not self._health_timer.isActive():
+            self._health_timer.start()
+
+    def _refresh_health_if_current(self) -> None:
+        if self.is_current():
+            self._health_stale = False
+            self.refresh_health()
+        else:
+            self._health_stale = True
 
     # --- rebuild ---
 

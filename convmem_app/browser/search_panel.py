@@ -44,16 +44,15 @@ from PySide6.QtWidgets import (
 
 from convmem_app.browser import format as fmt
 from convmem_app.browser import theme
-from convmem_app.browser.jobs import JobRunner
 from convmem_app.browser.metadata_form import split_tags
+from convmem_app.browser.page import BrowserPage, PageContext
 from convmem_app.browser.paged_model import KEY_ROLE, ROW_ROLE
-from convmem_app.browser.service_panel import ServicePanel
 from convmem_app.browser.table_model import AnyIndex, HeaderTableModel
 from convmem_engine.domain import limits
 from convmem_engine.domain.message import MEMORY_KINDS, MEMORY_TIERS
 
 if TYPE_CHECKING:
-    from convmem_engine.service import MemoryService
+    pass
 
 HTML_ROLE = Qt.ItemDataRole.UserRole + 20
 HTML_SELECTED_ROLE = Qt.ItemDataRole.UserRole + 21  # the same without a background colour
@@ -189,15 +188,18 @@ class HighlightDelegate(QStyledItemDelegate):
         return QSize(size.width(), max(size.height(), option.fontMetrics.height() + 6))
 
 
-class SearchPanel(ServicePanel):
-    openRequested = Signal(str, str)  # message_id, session_id
+class SearchPanel(BrowserPage):
+    """The Search page: every filter of `search_messages`, results with highlighted matches;
+    opening a result shows it in its session (`openRequested`)."""
+
+    name = "search"
+    title = "Sea&rch"
+
     searched = Signal(int)  # number of results shown
     searchFailed = Signal(str)
 
-    def __init__(
-        self, service: MemoryService, runner: JobRunner, parent: QWidget | None = None
-    ) -> None:
-        super().__init__(service, runner, parent)
+    def __init__(self, context: PageContext, parent: QWidget | None = None) -> None:
+        super().__init__(context, parent)
         self.current_session: str | None = None
 
         self.query = QLineEdit()
@@ -262,6 +264,9 @@ class SearchPanel(ServicePanel):
         for col, width in enumerate((60, 110, 140, 120, 90, 60, 45)):
             self.view.setColumnWidth(col, width)
         self.view.activated.connect(self._open_index)
+        self.view.selectionModel().selectionChanged.connect(
+            lambda _a, _b: self.selectionChanged.emit()
+        )
 
         layout = QVBoxLayout(self)
         layout.addLayout(top)
@@ -288,6 +293,26 @@ class SearchPanel(ServicePanel):
     def apply_palette(self) -> None:
         self.model.background = theme.match_background(self.palette()).name()
         self.view.viewport().update()
+
+    # ---- the page's hooks ----
+
+    def focus(self) -> None:
+        self.query.setFocus()
+        self.query.selectAll()
+
+    def refresh(self, current: bool) -> None:
+        if current and self.query.text().strip():
+            self.search()
+
+    def delete_targets(self) -> list[tuple[str, str]]:
+        rows = {i.row() for i in self.view.selectionModel().selectedRows()}
+        results = self.model.results
+        return [(str(results[r]["message_id"]), str(results[r]["session_id"])) for r in rows]
+
+    def messages_deleted(self, message_ids: set[str]) -> None:
+        kept = [r for r in self.model.results if r["message_id"] not in message_ids]
+        if len(kept) != len(self.model.results):
+            self.model.set_results(kept, self.query.text())
 
     def set_current_session(self, session_id: str | None) -> None:
         self.current_session = session_id

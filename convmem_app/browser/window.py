@@ -1,65 +1,42 @@
-"""MemoryBrowser: the main window that puts the views together and keeps them live."""
+"""MemoryBrowser: the main window. It holds the pages (convmem_app/browser/pages.py), one tab
+each, found by name, and what they share: the background-job runner, the live change events,
+the menus and toolbar, the Delete action, the status bar and the saved layout."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from PySide6.QtCore import (
-    QByteArray,
-    QEvent,
-    QItemSelectionModel,
-    QModelIndex,
-    QSettings,
-    Qt,
-    QTimer,
-    Signal,
-)
+from PySide6.QtCore import QByteArray, QEvent, QSettings, Qt, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence, QShowEvent
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QApplication,
-    QHeaderView,
     QLabel,
-    QLineEdit,
     QMainWindow,
     QMessageBox,
     QProgressBar,
     QPushButton,
-    QScrollArea,
-    QSplitter,
-    QTableView,
     QTabWidget,
     QToolBar,
-    QVBoxLayout,
     QWidget,
 )
 
 from convmem_app.browser import icons, theme
-from convmem_app.browser.calls import fetch_message
+from convmem_app.browser.browse_panel import BrowsePanel
 from convmem_app.browser.changes import ChangeBridge
-from convmem_app.browser.context_panel import ContextPanel
-from convmem_app.browser.detail_view import MessageDetail
-from convmem_app.browser.history_model import HistoryModel
 from convmem_app.browser.jobs import Job, JobRunner
 from convmem_app.browser.maintenance_panel import MaintenancePanel
-from convmem_app.browser.metadata_editor import MetadataEditor
-from convmem_app.browser.paged_model import KEY_ROLE, ROW_ROLE
-from convmem_app.browser.search_panel import SearchPanel
-from convmem_app.browser.sessions_model import (
-    COL_STARTED,
-    COL_SUMMARY,
-    SessionsModel,
-    SessionsProxy,
-)
-from convmem_engine.domain import NotFoundError
+from convmem_app.browser.page import BrowserPage, PageContext
+from convmem_app.browser.pages import PAGES
 
 if TYPE_CHECKING:
+    from convmem_engine.runtime import Runtime
     from convmem_engine.service import MemoryService
 
 SETTINGS_ORG = "ConvMem"
 SETTINGS_APP = "ConvMem"
-TAB_BROWSE, TAB_SEARCH, TAB_MAINTENANCE = range(3)
-DETAIL_MESSAGE, DETAIL_EDIT, DETAIL_CONTEXT = range(3)
+
+P = TypeVar("P", bound=BrowserPage)
 
 
 def default_settings() -> QSettings:
@@ -72,7 +49,7 @@ def default_settings() -> QSettings:
 class MemoryBrowser(QMainWindow):
     """Browse, search, curate and maintain one MemoryService, live."""
 
-    messageOpened = Signal(str)  # message id now current in the history view
+    messageOpened = Signal(str)  # message id now current in the Browse page's history
     deleteConfirmationShown = Signal(object)  # the QMessageBox asking to confirm a delete
     deleted = Signal(int)  # messages deleted by a confirmed delete
 
@@ -82,6 +59,8 @@ class MemoryBrowser(QMainWindow):
         parent: QWidget | None = None,
         *,
         settings: QSettings | None = None,
+        runtime: Runtime | None = None,
+        pages: Sequence[type[BrowserPage]] = PAGES,
     ) -> None:
         super().__init__(parent)
         self.service = service
@@ -92,29 +71,23 @@ class MemoryBrowser(QMainWindow):
         self.bridge = ChangeBridge(service, self)
         # emitted on writer threads: queued, so `_on_change` runs on the GUI thread
         self.bridge.changed.connect(self._on_change, Qt.ConnectionType.QueuedConnection)
-        self._gone: set[str] = set()  # deleted message ids not yet taken out of the views
         self.delete_confirmation: QMessageBox | None = None
         self._delete_job: Job | None = None
-        self._health_stale = True
 
-        self._build_browse()
-        self.search_panel = SearchPanel(service, self.runner)
-        self.maintenance = MaintenancePanel(service, self.runner)
+        context = PageContext(service, self.runner, self.settings, runtime)
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
-        self.tabs.addTab(self.browse_page, "&Browse")
-        self.tabs.addTab(self.search_panel, "Sea&rch")
-        self.tabs.addTab(self.maintenance, "&Maintenance")
+        self.pages: list[BrowserPage] = []
+        for page_class in pages:
+            self._add_page(page_class(context))
+        self.browse = self.page_of(BrowsePanel)
+        self.browse.messageOpened.connect(self.messageOpened.emit)
         self.setCentralWidget(self.tabs)
         self._build_actions()
         self._build_status_bar()
-        self._wire()
-
-        self._sessions_timer = self._single_shot(250, self.sessions_model.refresh)
-        self._health_timer = self._single_shot(1000, self._refresh_health_if_visible)
-        self._select_timer = self._single_shot(120, self._apply_session_selection)
-        # a multi-delete's events come in bursts: take their messages out of the views together
-        self._gone_timer = self._single_shot(0, self._flush_gone)
+        self.tabs.currentChanged.connect(self._tab_changed)
+        self.runner.busyChanged.connect(self.busy.setVisible)
+        self._update_actions()
 
         hints = QGuiApplication.styleHints()
         if hints is not None:
@@ -123,7 +96,46 @@ class MemoryBrowser(QMainWindow):
         self._default_size()
         self.restore_state()
         self.bridge.start()
-        self.sessions_model.reload()
+        self.browse.load()
+
+    # --- pages ---
+
+    def _add_page(self, page: BrowserPage) -> None:
+        if not page.name or any(p.name == page.name for p in self.pages):
+            raise ValueError(f"a browser page needs a unique name: {page.name!r}")
+        self.pages.append(page)
+        self.tabs.addTab(page, page.title)
+        page.openRequested.connect(self.open_message)
+        page.sessionChanged.connect(self._session_changed)
+        page.selectionChanged.connect(self._update_actions)
+        page.statusMessage.connect(self._show_status)
+
+    def page(self, name: str) -> BrowserPage:
+        """The page called `name` (KeyError when there is none)."""
+        for page in self.pages:
+            if page.name == name:
+                return page
+        raise KeyError(f"no browser page named {name!r}")
+
+    def page_of(self, page_class: type[P]) -> P:
+        """The page of class `page_class` (KeyError when there is none)."""
+        for page in self.pages:
+            if isinstance(page, page_class):
+                return page
+        raise KeyError(f"no browser page of class {page_class.__name__}")
+
+    def current_page(self) -> BrowserPage:
+        return self.pages[self.tabs.currentIndex()]
+
+    def show_page(self, name: str) -> BrowserPage:
+        """Make the tab of page `name` current and return the page."""
+        page = self.page(name)
+        self.tabs.setCurrentWidget(page)
+        return page
+
+    def focus_page(self, name: str) -> None:
+        """Show page `name` and put the keyboard focus where work on it starts."""
+        self.show_page(name).focus()
 
     # --- construction ---
 
@@ -134,96 +146,6 @@ class MemoryBrowser(QMainWindow):
             return
         area = screen.availableGeometry()
         self.resize(min(1280, area.width() * 9 // 10), min(800, area.height() * 9 // 10))
-
-    def _single_shot(self, msecs: int, slot: Any) -> QTimer:
-        timer = QTimer(self)
-        timer.setSingleShot(True)
-        timer.setInterval(msecs)
-        timer.timeout.connect(slot)
-        return timer
-
-    def _build_browse(self) -> None:
-        service, runner = self.service, self.runner
-        self.sessions_model = SessionsModel(service, runner, self)
-        self.sessions_proxy = SessionsProxy(self)
-        self.sessions_proxy.setSourceModel(self.sessions_model)
-        self.session_filter = QLineEdit()
-        self.session_filter.setPlaceholderText("Filter sessions by id or summary  (Ctrl+L)")
-        self.session_filter.setClearButtonEnabled(True)
-        self.sessions_view = QTableView()
-        self.sessions_view.setObjectName("sessionsView")
-        self.sessions_view.setModel(self.sessions_proxy)
-        self._setup_table(self.sessions_view, QAbstractItemView.SelectionMode.SingleSelection)
-        # The service pages sessions by start time; that order needs no loading ahead. Any
-        # other sort, and any filter, loads the remaining pages in the background first.
-        self.sessions_view.setSortingEnabled(True)
-        self.sessions_view.sortByColumn(COL_STARTED, Qt.SortOrder.AscendingOrder)
-        for col, width in enumerate((150, 70, 120, 220, 120, 120)):
-            self.sessions_view.setColumnWidth(col, width)
-        self.sessions_view.horizontalHeader().setSectionResizeMode(
-            COL_SUMMARY, QHeaderView.ResizeMode.Interactive
-        )
-        sessions_box = QWidget()
-        sb = QVBoxLayout(sessions_box)
-        sb.setContentsMargins(0, 0, 0, 0)
-        self.sessions_label = QLabel("Sessions")
-        sb.addWidget(self.sessions_label)
-        sb.addWidget(self.session_filter)
-        sb.addWidget(self.sessions_view, 1)
-
-        self.history_model = HistoryModel(service, runner, self)
-        self.history_view = QTableView()
-        self.history_view.setObjectName("historyView")
-        self.history_view.setModel(self.history_model)
-        self._setup_table(self.history_view, QAbstractItemView.SelectionMode.ExtendedSelection)
-        for col, width in enumerate((140, 70, 95, 60, 45, 140)):
-            self.history_view.setColumnWidth(col, width)
-        self.history_view.horizontalHeader().setStretchLastSection(True)
-        self.history_label = QLabel("History")
-        history_box = QWidget()
-        hb = QVBoxLayout(history_box)
-        hb.setContentsMargins(0, 0, 0, 0)
-        hb.addWidget(self.history_label)
-        hb.addWidget(self.history_view, 1)
-
-        self.detail = MessageDetail(service, runner)
-        self.editor = MetadataEditor(service, runner)
-        self.context_panel = ContextPanel(service, runner)
-        self.detail_tabs = QTabWidget()
-        self.detail_tabs.addTab(self.detail, "Message")
-        editor_scroll = QScrollArea()
-        editor_scroll.setWidgetResizable(True)
-        editor_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-        editor_scroll.setWidget(self.editor)
-        self.detail_tabs.addTab(editor_scroll, "Edit metadata")
-        self.detail_tabs.addTab(self.context_panel, "Context && relations")
-
-        self.right_split = QSplitter(Qt.Orientation.Vertical)
-        self.right_split.setObjectName("rightSplit")
-        self.right_split.addWidget(history_box)
-        self.right_split.addWidget(self.detail_tabs)
-        self.right_split.setStretchFactor(0, 1)
-        self.right_split.setStretchFactor(1, 1)
-        self.main_split = QSplitter(Qt.Orientation.Horizontal)
-        self.main_split.setObjectName("mainSplit")
-        self.main_split.addWidget(sessions_box)
-        self.main_split.addWidget(self.right_split)
-        self.main_split.setStretchFactor(0, 2)
-        self.main_split.setStretchFactor(1, 3)
-        self.main_split.setSizes([560, 840])  # until a saved state says otherwise
-        self.browse_page = self.main_split
-
-    @staticmethod
-    def _setup_table(view: QTableView, mode: QAbstractItemView.SelectionMode) -> None:
-        view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        view.setSelectionMode(mode)
-        view.setAlternatingRowColors(True)
-        view.setWordWrap(False)
-        view.verticalHeader().hide()
-        view.verticalHeader().setDefaultSectionSize(view.fontMetrics().height() + 8)
-        view.horizontalHeader().setStretchLastSection(True)
-        view.setTabKeyNavigation(False)
-        view.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
 
     def _action(self, text: str, icon: str | None, shortcut: Any, slot: Any) -> QAction:
         action = QAction(text, self)
@@ -242,18 +164,27 @@ class MemoryBrowser(QMainWindow):
         self.act_refresh = self._action("&Refresh", "refresh", Std.Refresh, self.refresh)
         if self.act_refresh.shortcut().isEmpty():
             self.act_refresh.setShortcut(QKeySequence(Qt.Key.Key_F5))
-        self.act_find = self._action("&Find…", "search", Std.Find, self.focus_search)
-        self.act_filter = self._action("Filter &sessions", None, "Ctrl+L", self.focus_filter)
+        self.act_find = self._action(
+            "&Find…", "search", Std.Find, lambda: self.focus_page("search")
+        )
+        self.act_filter = self._action(
+            "Filter &sessions", None, "Ctrl+L", lambda: self.focus_page("browse")
+        )
         self.act_delete = self._action("&Delete…", "delete", Std.Delete, self.delete_selected)
-        self.act_save = self._action("&Save metadata", "save", Std.Save, self.editor.save)
+        self.act_save = self._action("&Save metadata", "save", Std.Save, self.browse.save_metadata)
         self.act_rebuild = self._action("Re&build index…", "rebuild", None, self._rebuild)
-        self.act_health = self._action("&Health", "health", None, self.show_maintenance)
+        self.act_health = self._action(
+            "&Health", "health", None, lambda: self.show_page("maintenance")
+        )
         self.act_close = self._action("&Close window", None, Std.Close, self.close)
         self.act_tabs = [
             self._action(
-                name, None, f"Ctrl+{i + 1}", lambda _c=False, t=i: self.tabs.setCurrentIndex(t)
+                page.title,
+                None,
+                f"Ctrl+{i + 1}" if i < 9 else None,
+                lambda _c=False, p=page: self.tabs.setCurrentWidget(p),
             )
-            for i, name in enumerate(("&Browse", "Sea&rch", "&Maintenance"))
+            for i, page in enumerate(self.pages)
         ]
         self.act_delete.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
 
@@ -297,40 +228,6 @@ class MemoryBrowser(QMainWindow):
         bar.addPermanentWidget(self.cancel_delete_button)
         bar.addPermanentWidget(self.busy)
 
-    def _wire(self) -> None:
-        self.session_filter.textChanged.connect(self._filter_sessions)
-        self.sessions_view.horizontalHeader().sortIndicatorChanged.connect(self._sessions_sorted)
-        sel = self.sessions_view.selectionModel()
-        sel.currentRowChanged.connect(lambda _c, _p: self._select_timer.start())
-        self.sessions_view.activated.connect(lambda _i: self.history_view.setFocus())
-        self.sessions_model.pageLoaded.connect(self._update_labels)
-        self.sessions_model.refreshed.connect(self._update_labels)
-        self.sessions_model.rowsRemoved.connect(self._update_labels)
-        self.sessions_model.loadFailed.connect(self._show_error)
-        self.history_model.pageLoaded.connect(self._update_labels)
-        self.history_model.rowsRemoved.connect(self._update_labels)
-        self.history_model.rowsInserted.connect(self._update_labels)
-        self.history_model.modelReset.connect(self._update_labels)
-        self.history_model.loadFailed.connect(self._show_error)
-        self.history_model.located.connect(self._select_history_row)
-        self.history_model.notFound.connect(
-            lambda mid: self._show_error("That message is no longer in its session.")
-        )
-        hsel = self.history_view.selectionModel()
-        hsel.currentRowChanged.connect(self._history_current_changed)
-        hsel.selectionChanged.connect(lambda _a, _b: self._update_actions())
-        self.history_view.activated.connect(lambda _i: self.detail_tabs.setFocus())
-        self.editor.saved.connect(self._message_saved)
-        self.context_panel.openRequested.connect(self.open_message)
-        self.search_panel.openRequested.connect(self.open_message)
-        self.search_panel.view.selectionModel().selectionChanged.connect(
-            lambda _a, _b: self._update_actions()
-        )
-        self.tabs.currentChanged.connect(self._tab_changed)
-        self.runner.busyChanged.connect(self.busy.setVisible)
-        self.maintenance.rebuildFinished.connect(lambda _r: self._update_labels())
-        self._update_actions()
-
     # --- palette and icons ---
 
     def apply_color_scheme(self, scheme: Qt.ColorScheme) -> None:
@@ -358,7 +255,8 @@ class MemoryBrowser(QMainWindow):
             if isinstance(name, str) and name in icons.SVG:
                 act.setIcon(icons.make_icon(name, color))
         self.setWindowIcon(icons.make_icon("app", color))
-        self.search_panel.apply_palette()
+        for page in self.pages:
+            page.apply_palette()
 
     # --- state ---
 
@@ -370,34 +268,21 @@ class MemoryBrowser(QMainWindow):
         state = s.value("browser/windowState")
         if isinstance(state, QByteArray):
             self.restoreState(state)
-        for key, splitter in (
-            ("mainSplit", self.main_split),
-            ("rightSplit", self.right_split),
-            ("detailSplit", self.detail.split),
-        ):
-            value = s.value(f"browser/{key}")
-            if isinstance(value, QByteArray):
-                splitter.restoreState(value)
-        for key, view in (
-            ("sessionsHeader", self.sessions_view),
-            ("historyHeader", self.history_view),
-        ):
-            value = s.value(f"browser/{key}")
-            if isinstance(value, QByteArray):
-                view.horizontalHeader().restoreState(value)
-        tab = str(s.value("browser/tab", 0))
-        self.tabs.setCurrentIndex(int(tab) if tab.isdigit() else 0)
+        for page in self.pages:
+            page.restore_state(s)
+        tab = str(s.value("browser/tab", ""))
+        if tab.isdigit():  # saved by a version that stored the tab's position
+            self.tabs.setCurrentIndex(int(tab) if int(tab) < len(self.pages) else 0)
+        elif any(page.name == tab for page in self.pages):
+            self.show_page(tab)
 
     def save_state(self) -> None:
         s = self.settings
         s.setValue("browser/geometry", self.saveGeometry())
         s.setValue("browser/windowState", self.saveState())
-        s.setValue("browser/mainSplit", self.main_split.saveState())
-        s.setValue("browser/rightSplit", self.right_split.saveState())
-        s.setValue("browser/detailSplit", self.detail.split.saveState())
-        s.setValue("browser/sessionsHeader", self.sessions_view.horizontalHeader().saveState())
-        s.setValue("browser/historyHeader", self.history_view.horizontalHeader().saveState())
-        s.setValue("browser/tab", self.tabs.currentIndex())
+        for page in self.pages:
+            page.save_state(s)
+        s.setValue("browser/tab", self.current_page().name)
         s.sync()
 
     def showEvent(self, event: QShowEvent) -> None:
@@ -411,7 +296,8 @@ class MemoryBrowser(QMainWindow):
         flight (say a rebuild) finishes in the background; nothing here blocks the GUI."""
         self.save_state()
         self.bridge.stop()
-        self.detail.cancel_loading()
+        for page in self.pages:
+            page.stop()
         self.runner.cancel_all()
         super().closeEvent(event)
 
@@ -419,228 +305,55 @@ class MemoryBrowser(QMainWindow):
         """Stop following the service and wait for background calls to end; call it before
         `service.close()`. Returns False if they did not end within `timeout_ms`."""
         self.bridge.stop()
-        self.detail.cancel_loading()
+        for page in self.pages:
+            page.stop()
         return self.runner.shutdown(timeout_ms)
 
     # --- navigation ---
 
-    def current_session(self) -> str | None:
-        return self.history_model.session_id
-
-    def current_message(self) -> dict[str, Any] | None:
-        index = self.history_view.currentIndex()
-        if not index.isValid():
-            return None
-        row = index.data(ROW_ROLE)
-        return row if isinstance(row, dict) else None
-
-    def select_session(self, session_id: str) -> bool:
-        """Make `session_id` current in the sessions view (if loaded) and show its history."""
-        if self.history_model.session_id != session_id:
-            self.history_model.set_session(session_id)
-            self._session_changed()
-        row = self.sessions_model.row_of(session_id)
-        if row < 0:
-            self.sessions_view.selectionModel().clearSelection()
-            return False
-        proxy_index = self.sessions_proxy.mapFromSource(self.sessions_model.index(row, 0))
-        if proxy_index.isValid():
-            self.sessions_view.selectionModel().setCurrentIndex(
-                proxy_index,
-                QItemSelectionModel.SelectionFlag.ClearAndSelect
-                | QItemSelectionModel.SelectionFlag.Rows,
-            )
-            self.sessions_view.scrollTo(proxy_index)
-        return True
-
     def open_message(self, message_id: str, session_id: str) -> None:
         """Jump to a message in its session (search results, relations, context)."""
-        self.tabs.setCurrentIndex(TAB_BROWSE)
-        self.select_session(session_id)
-        self.history_model.locate(message_id)
+        self.tabs.setCurrentWidget(self.browse)
+        self.browse.open_message(message_id, session_id)
 
-    def _apply_session_selection(self) -> None:
-        index = self.sessions_view.currentIndex()
-        session_id = index.data(KEY_ROLE) if index.isValid() else None
-        if session_id is not None and session_id != self.history_model.session_id:
-            self.history_model.set_session(str(session_id))
-            self._session_changed()
-
-    def _session_changed(self) -> None:
-        self._clear_detail("")
-        self.search_panel.set_current_session(self.history_model.session_id)
-        self._update_labels()
-
-    def _select_history_row(self, row: int) -> None:
-        index = self.history_model.index(row, 0)
-        self.history_view.selectionModel().setCurrentIndex(
-            index,
-            QItemSelectionModel.SelectionFlag.ClearAndSelect
-            | QItemSelectionModel.SelectionFlag.Rows,
-        )
-        self.history_view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtCenter)
-        self.history_view.setFocus()
-
-    def _history_current_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
-        row = current.data(ROW_ROLE) if current.isValid() else None
-        if not isinstance(row, dict):
-            self._clear_detail("")
-            return
-        self.detail.show_message(row)
-        self.editor.follow(row)
-        self.context_panel.set_message(str(row["message_id"]))
-        self.messageOpened.emit(str(row["message_id"]))
-        self._update_actions()
-
-    def _clear_detail(self, note: str) -> None:
-        self.detail.clear(note)
-        self.editor.follow(None)  # keeps unsaved edits of a message that still exists
-        self.context_panel.set_message(None)
-        self._update_actions()
-
-    def _message_saved(self, message: dict[str, Any]) -> None:
-        self.history_model.on_updated(message)
-        current = self.current_message()
-        if current is not None and current.get("message_id") == message.get("message_id"):
-            self.detail.show_message(current)
-            self.context_panel.reload()
-
-    def _filter_sessions(self, text: str) -> None:
-        self.sessions_proxy.setFilterFixedString(text)
-        if text:
-            self.sessions_model.load_all()
-
-    def _sessions_sorted(self, column: int, order: Qt.SortOrder) -> None:
-        if (column, order) != (COL_STARTED, Qt.SortOrder.AscendingOrder):
-            self.sessions_model.load_all()
-
-    def focus_search(self) -> None:
-        self.tabs.setCurrentIndex(TAB_SEARCH)
-        self.search_panel.query.setFocus()
-        self.search_panel.query.selectAll()
-
-    def focus_filter(self) -> None:
-        self.tabs.setCurrentIndex(TAB_BROWSE)
-        self.session_filter.setFocus()
-        self.session_filter.selectAll()
-
-    def show_maintenance(self) -> None:
-        self.tabs.setCurrentIndex(TAB_MAINTENANCE)
+    def _session_changed(self, session_id: object) -> None:
+        sid = str(session_id) if session_id is not None else None
+        for page in self.pages:
+            page.set_current_session(sid)
 
     def _tab_changed(self, index: int) -> None:
-        if index == TAB_MAINTENANCE and self._health_stale:
-            self._refresh_health_if_visible()
+        if 0 <= index < len(self.pages):
+            self.pages[index].page_shown()
         self._update_actions()
 
-    def _refresh_health_if_visible(self) -> None:
-        if self.tabs.currentIndex() == TAB_MAINTENANCE:
-            self._health_stale = False
-            self.maintenance.refresh_health()
-        else:
-            self._health_stale = True
-
     def refresh(self) -> None:
-        """F5: re-read sessions, the current history and the health panel."""
-        self.sessions_model.refresh()
-        if self.history_model.session_id is not None:
-            self.history_model.refresh()
-        self._health_stale = True
-        self._refresh_health_if_visible()
-        if self.search_panel.query.text().strip() and self.tabs.currentIndex() == TAB_SEARCH:
-            self.search_panel.search()
+        """F5: every page re-reads what it shows."""
+        current = self.current_page()
+        for page in self.pages:
+            page.refresh(page is current)
 
     def _rebuild(self) -> None:
-        self.show_maintenance()
-        self.maintenance.rebuild()
+        maintenance = self.page_of(MaintenancePanel)
+        self.tabs.setCurrentWidget(maintenance)
+        maintenance.rebuild()
 
     # --- live updates ---
 
     def _on_change(self, kind: str, message_id: object, session_id: object) -> None:
         mid = str(message_id) if message_id is not None else None
         sid = str(session_id) if session_id is not None else None
-        if kind == "delete" and mid is not None:
-            self._gone.add(mid)
-            self._gone_timer.start()
-        elif kind == "write" and mid is not None and sid == self.history_model.session_id:
-            if self.history_model.exhausted:
-                self._fetch_then(mid, self.history_model.on_written)
-        elif (
-            kind == "update"
-            and mid is not None
-            and (self.history_model.row_of(mid) >= 0 or self.editor.message is not None)
-        ):
-            self._fetch_then(mid, self._message_updated)
-        elif kind == "rebuild" and self.history_model.session_id is not None:
-            self.history_model.refresh()
-        # throttled, not debounced: a steady stream of writes still refreshes every interval
-        if not self._sessions_timer.isActive():
-            self._sessions_timer.start()
-        self._health_stale = True
-        if not self._health_timer.isActive():
-            self._health_timer.start()
-
-    def _fetch_then(self, message_id: str, then: Any) -> None:
-        service = self.service
-
-        def failed(exc: BaseException) -> None:
-            if isinstance(exc, NotFoundError):  # deleted meanwhile; its own event follows
-                return
-            self._show_error(str(exc))
-
-        self.runner.run(lambda _j: fetch_message(service, message_id), then, failed)
-
-    def _message_updated(self, message: dict[str, Any]) -> None:
-        self.history_model.on_updated(message)
-        self.editor.on_external_update(message)
-        current = self.current_message()
-        if current is not None and current.get("message_id") == message.get("message_id"):
-            self.detail.show_message(current)
-            self.context_panel.reload()
-
-    def _flush_gone(self) -> None:
-        gone, self._gone = self._gone, set()
-        self._messages_gone(gone)
-
-    def _messages_gone(self, message_ids: set[str]) -> None:
-        """Take deleted messages out of the views: one batch, one context reload."""
-        if not message_ids:
-            return
-        shown = self.detail.message is not None and (
-            self.detail.message.get("message_id") in message_ids
-        )
-        self.history_model.remove_keys(message_ids)
-        edited = self.editor.message
-        if edited is not None and edited.get("message_id") in message_ids:
-            self.editor.set_message(None)  # its edits can no longer be saved
-        if shown:
-            self._clear_detail("This message was deleted.")
-        elif self.context_panel.message_id is not None:
-            self.context_panel.reload()
+        for page in self.pages:
+            page.on_change(kind, mid, sid)
 
     # --- delete ---
 
-    def _delete_targets(self) -> list[tuple[str, str]]:
-        if self.tabs.currentIndex() == TAB_SEARCH:
-            rows = {i.row() for i in self.search_panel.view.selectionModel().selectedRows()}
-            results = self.search_panel.model.results
-            return [(str(results[r]["message_id"]), str(results[r]["session_id"])) for r in rows]
-        if self.tabs.currentIndex() != TAB_BROWSE:
-            return []
-        targets = []
-        for index in sorted(
-            self.history_view.selectionModel().selectedRows(), key=lambda i: i.row()
-        ):
-            row = index.data(ROW_ROLE)
-            if isinstance(row, dict):
-                targets.append((str(row["message_id"]), str(row["session_id"])))
-        return targets
-
     def _update_actions(self) -> None:
-        self.act_delete.setEnabled(bool(self._delete_targets()) and self._delete_job is None)
-        self.act_save.setEnabled(self.editor.message is not None)
+        targets = self.current_page().delete_targets() if self.pages else []
+        self.act_delete.setEnabled(bool(targets) and self._delete_job is None)
+        self.act_save.setEnabled(self.browse.can_save())
 
     def delete_selected(self) -> None:
-        targets = self._delete_targets()
+        targets = self.current_page().delete_targets()
         if not targets or self._delete_job is not None or self.delete_confirmation is not None:
             return
         n = len(targets)
@@ -684,12 +397,9 @@ class MemoryBrowser(QMainWindow):
 
         def succeeded(done: list[str]) -> None:
             # also when the window stopped following the events meanwhile
-            self._gone.update(done)
-            self._flush_gone()
-            self.search_panel.model.set_results(
-                [r for r in self.search_panel.model.results if r["message_id"] not in done],
-                self.search_panel.query.text(),
-            )
+            gone = set(done)
+            for page in self.pages:
+                page.messages_deleted(gone)
             stopped = " (cancelled)" if len(done) < len(targets) and job.cancelled else ""
             self.status_text.setText(
                 f"Deleted {len(done)} message{'s' if len(done) != 1 else ''}{stopped}. "
@@ -710,7 +420,7 @@ class MemoryBrowser(QMainWindow):
         if len(targets) > 1:
             self.cancel_delete_button.show()
         job.succeeded.connect(succeeded)
-        job.failed.connect(lambda exc: self._show_error(f"Delete failed: {exc}"))
+        job.failed.connect(lambda exc: self._show_status(f"Delete failed: {exc}"))
         job.finished.connect(finished)
         self._delete_job = job
         self._update_actions()
@@ -723,22 +433,7 @@ class MemoryBrowser(QMainWindow):
 
     # --- status ---
 
-    def _update_labels(self, *_args: object) -> None:
-        n = self.sessions_model.rowCount()
-        more = "" if self.sessions_model.exhausted else "+"
-        self.sessions_label.setText(f"Sessions ({n}{more})")
-        sid = self.history_model.session_id
-        if sid is None:
-            self.history_label.setText("History — select a session")
-        else:
-            m = self.history_model.rowCount()
-            more = "" if self.history_model.exhausted else "+"
-            self.history_label.setText(f"History of {sid} ({m}{more} messages)")
-        self.status_text.setText(
-            f"{n}{'' if self.sessions_model.exhausted else '+'} sessions loaded"
-        )
-
-    def _show_error(self, text: str) -> None:
+    def _show_status(self, text: str) -> None:
         self.status_text.setText(text)
 
 

@@ -388,7 +388,7 @@ class ConvMemApp(QObject):
         if self.window is None:
             from convmem_app.browser import MemoryBrowser  # Qt models and views: load on demand
 
-            self.window = MemoryBrowser(service, settings=self.settings)
+            self.window = MemoryBrowser(service, settings=self.settings, runtime=self.runtime)
             self.window.setWindowIcon(app_icon())
             if not self.has_tray:
                 self.window.menuBar().addMenu(self.tray.menu)

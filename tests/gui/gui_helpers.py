@@ -39,24 +39,24 @@ def stored(svc: MemoryService, message_id: str) -> dict[str, Any]:
 
 def select_session(qtbot: Any, b: MemoryBrowser, session_id: str) -> None:
     """Click-equivalent: make the session current in the sessions view, wait for its history."""
-    qtbot.waitUntil(lambda: b.sessions_model.row_of(session_id) >= 0)
-    source = b.sessions_model.index(b.sessions_model.row_of(session_id), 0)
-    index = b.sessions_proxy.mapFromSource(source)
-    b.sessions_view.selectionModel().setCurrentIndex(
+    qtbot.waitUntil(lambda: b.browse.sessions_model.row_of(session_id) >= 0)
+    source = b.browse.sessions_model.index(b.browse.sessions_model.row_of(session_id), 0)
+    index = b.browse.sessions_proxy.mapFromSource(source)
+    b.browse.sessions_view.selectionModel().setCurrentIndex(
         index,
         QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows,
     )
     qtbot.waitUntil(
         lambda: (
-            b.history_model.session_id == session_id
-            and not b.history_model.loading
-            and b.history_model.rowCount() > 0
+            b.browse.history_model.session_id == session_id
+            and not b.browse.history_model.loading
+            and b.browse.history_model.rowCount() > 0
         )
     )
 
 
 def select_history_rows(b: MemoryBrowser, *rows: int) -> None:
-    sel = b.history_view.selectionModel()
+    sel = b.browse.history_view.selectionModel()
     first = True
     for row in rows:
         flag = (
@@ -65,7 +65,7 @@ def select_history_rows(b: MemoryBrowser, *rows: int) -> None:
             else QItemSelectionModel.SelectionFlag.Select
         )
         sel.setCurrentIndex(
-            b.history_model.index(row, 0), flag | QItemSelectionModel.SelectionFlag.Rows
+            b.browse.history_model.index(row, 0), flag | QItemSelectionModel.SelectionFlag.Rows
         )
         first = False
 
@@ -80,7 +80,7 @@ def delete_confirmation(qtbot: Any, b: MemoryBrowser, ask: Callable[[], object])
 
 
 def history_ids(b: MemoryBrowser) -> list[str]:
-    return [str(r["message_id"]) for r in b.history_model.rows()]
+    return [str(r["message_id"]) for r in b.browse.history_model.rows()]
 
 
 def no_index() -> QModelIndex:

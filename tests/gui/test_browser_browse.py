@@ -28,16 +28,18 @@ def test_sessions_show_counts_kinds_summary_and_times(
     write(service, "alpha", "we chose sqlite", memory_kind="semantic", summary="decided on sqlite")
     write(service, "beta", "hello there")
     b = make_browser()
-    qtbot.waitUntil(lambda: b.sessions_model.rowCount() == 2 and b.sessions_model.exhausted)
-    row = b.sessions_model.row_of("alpha")
-    model = b.sessions_model
+    qtbot.waitUntil(
+        lambda: b.browse.sessions_model.rowCount() == 2 and b.browse.sessions_model.exhausted
+    )
+    row = b.browse.sessions_model.row_of("alpha")
+    model = b.browse.sessions_model
     assert model.index(row, COL_COUNT).data() == 2
     assert model.index(row, COL_KINDS).data() == "conv 1 · sem 1"
     assert "semantic: 1" in model.index(row, COL_KINDS).data(Qt.ItemDataRole.ToolTipRole)
     entry = model.row_data(row)
     assert model.index(row, 3).data() == entry["representative_summary"]
     assert model.index(row, 4).data() and model.index(row, 5).data()
-    assert b.sessions_label.text() == "Sessions (2)"
+    assert b.browse.sessions_label.text() == "Sessions (2)"
 
 
 def test_sessions_filter_and_sort_see_every_session(
@@ -49,13 +51,15 @@ def test_sessions_filter_and_sort_see_every_session(
         for _ in range(i + 1):
             write(service, name, f"message in {name}")
     b = make_browser()
-    qtbot.waitUntil(lambda: b.sessions_model.rowCount() >= 2 and not b.sessions_model.loading)
-    b.session_filter.setText("PROJECT")  # filtering loads the remaining pages first
-    proxy = b.sessions_proxy
-    qtbot.waitUntil(lambda: b.sessions_model.exhausted and proxy.rowCount() == 2)
+    qtbot.waitUntil(
+        lambda: b.browse.sessions_model.rowCount() >= 2 and not b.browse.sessions_model.loading
+    )
+    b.browse.session_filter.setText("PROJECT")  # filtering loads the remaining pages first
+    proxy = b.browse.sessions_proxy
+    qtbot.waitUntil(lambda: b.browse.sessions_model.exhausted and proxy.rowCount() == 2)
     assert {proxy.index(r, 0).data() for r in range(2)} == {"project-x", "project-y"}
-    b.session_filter.clear()
-    b.sessions_view.sortByColumn(COL_COUNT, Qt.SortOrder.DescendingOrder)
+    b.browse.session_filter.clear()
+    b.browse.sessions_view.sortByColumn(COL_COUNT, Qt.SortOrder.DescendingOrder)
     assert [proxy.index(r, 0).data() for r in range(5)] == [
         "project-y",
         "misc-2",
@@ -76,7 +80,7 @@ def test_select_session_shows_history_rows(
     b = make_browser()
     select_session(qtbot, b, "s1")
     assert history_ids(b) == [m["message_id"] for m in written]
-    m = b.history_model
+    m = b.browse.history_model
     assert [m.index(1, c).data() for c in range(1, 7)] == [
         "assistant",
         "conversation",
@@ -86,7 +90,7 @@ def test_select_session_shows_history_rows(
         "answer one",
     ]
     assert m.index(1, 0).data()  # time
-    assert "s1 (2 messages)" in b.history_label.text()
+    assert "s1 (2 messages)" in b.browse.history_label.text()
 
 
 def _load_all(qtbot: Any, model: Any) -> None:
@@ -106,14 +110,14 @@ def test_sessions_and_history_load_page_by_page(
         write(service, f"session-{s:02}", "x")
     ids = [write(service, "big", f"message {i}")["message_id"] for i in range(12)]
     b = make_browser()
-    sessions = b.sessions_model
+    sessions = b.browse.sessions_model
     pages: list[int] = []
     sessions.pageLoaded.connect(pages.append)
     _load_all(qtbot, sessions)
     assert pages == [4, 8, 11]  # one page of 4 at a time, from the sessions view's cursors
-    assert b.sessions_label.text() == "Sessions (11)"
+    assert b.browse.sessions_label.text() == "Sessions (11)"
     select_session(qtbot, b, "big")
-    history = b.history_model
+    history = b.browse.history_model
     assert history.rowCount() in (5, 10)  # the first page, or two if the view asked to fill up
     _load_all(qtbot, history)
     assert history_ids(b) == ids
@@ -127,17 +131,17 @@ def test_detail_shows_fields_and_loads_large_content_in_chunks(
     msg = write(service, "s", big, tags=["long"], summary="a long one", importance=7)
     b = make_browser()
     select_session(qtbot, b, "s")
-    assert len(b.history_model.row_data(0)["content"]) == INLINE_CHARS  # rows keep a prefix
-    with qtbot.waitSignal(b.detail.contentLoaded, timeout=10_000) as loaded:
+    assert len(b.browse.history_model.row_data(0)["content"]) == INLINE_CHARS  # rows keep a prefix
+    with qtbot.waitSignal(b.browse.detail.contentLoaded, timeout=10_000) as loaded:
         select_history_rows(b, 0)
     assert loaded.args == [msg["message_id"]]
-    assert b.detail.content.toPlainText() == big
+    assert b.browse.detail.content.toPlainText() == big
     total = len(big.encode("utf-8"))
-    assert b.detail.progress.maximum() == total and b.detail.progress.value() == total
-    assert b.detail.fields["tags"].text() == "long"
-    assert b.detail.fields["summary"].text() == "a long one"
-    assert b.detail.fields["importance"].text() == "7"
-    assert "revision 1" in b.detail.header.text()
+    assert b.browse.detail.progress.maximum() == total and b.browse.detail.progress.value() == total
+    assert b.browse.detail.fields["tags"].text() == "long"
+    assert b.browse.detail.fields["summary"].text() == "a long one"
+    assert b.browse.detail.fields["importance"].text() == "7"
+    assert "revision 1" in b.browse.detail.header.text()
 
 
 def test_window_state_is_remembered(
@@ -146,12 +150,12 @@ def test_window_state_is_remembered(
     write(service, "s", "x")
     b = make_browser()
     b.resize(700, 560)
-    b.tabs.setCurrentIndex(2)
+    b.show_page("maintenance")
     b.close()
     assert settings.value("browser/geometry") is not None
     again = make_browser()
     assert again.size().width() == 700 and again.size().height() == 560
-    assert again.tabs.currentIndex() == 2
+    assert again.current_page().name == "maintenance"
 
 
 def test_keyboard_shortcuts(qtbot: Any, service: MemoryService, make_browser: Any) -> None:
@@ -161,17 +165,17 @@ def test_keyboard_shortcuts(qtbot: Any, service: MemoryService, make_browser: An
     b.activateWindow()
     select_session(qtbot, b, "s")
     qtbot.keyClick(b, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
-    assert b.tabs.currentIndex() == 1
+    assert b.current_page().name == "search"
     qtbot.keyClick(b, Qt.Key.Key_L, Qt.KeyboardModifier.ControlModifier)
-    assert b.tabs.currentIndex() == 0
+    assert b.current_page().name == "browse"
     select_history_rows(b, 0, 1)
-    b.history_view.setFocus()
+    b.browse.history_view.setFocus()
     delete_confirmation(
-        qtbot, b, lambda: qtbot.keyClick(b.history_view, Qt.Key.Key_Delete)
+        qtbot, b, lambda: qtbot.keyClick(b.browse.history_view, Qt.Key.Key_Delete)
     ).reject()
     write(service, "t", "three")
     qtbot.keyClick(b, Qt.Key.Key_F5)
-    qtbot.waitUntil(lambda: b.sessions_model.row_of("t") >= 0)
+    qtbot.waitUntil(lambda: b.browse.sessions_model.row_of("t") >= 0)
 
 
 def test_palette_follows_colour_scheme(
@@ -240,5 +244,5 @@ def test_closed_window_catches_up_when_shown_again(
     write(service, "new-session", "three")
     b.show()
     assert b.bridge.active
-    qtbot.waitUntil(lambda: b.sessions_model.row_of("new-session") >= 0)
-    qtbot.waitUntil(lambda: b.history_model.rowCount() == 2)
+    qtbot.waitUntil(lambda: b.browse.sessions_model.row_of("new-session") >= 0)
+    qtbot.waitUntil(lambda: b.browse.history_model.rowCount() == 2)

@@ -16,8 +16,8 @@ from gui_helpers import (
 )
 from PySide6.QtWidgets import QMessageBox
 
+from convmem_app.browser.browse_panel import DETAIL_EDIT
 from convmem_app.browser.context_panel import TARGET_ROLE
-from convmem_app.browser.window import DETAIL_EDIT
 from convmem_engine.domain import limits
 from convmem_engine.service import MemoryService
 
@@ -27,8 +27,8 @@ pytestmark = pytest.mark.gui
 def _open_first(qtbot: Any, b: Any, session: str, row: int = 0) -> None:
     select_session(qtbot, b, session)
     select_history_rows(b, row)
-    b.detail_tabs.setCurrentIndex(DETAIL_EDIT)
-    qtbot.waitUntil(lambda: b.editor.message is not None)
+    b.browse.detail_tabs.setCurrentIndex(DETAIL_EDIT)
+    qtbot.waitUntil(lambda: b.browse.editor.message is not None)
 
 
 def test_editor_validates_inline_and_saves_with_revision(
@@ -38,7 +38,7 @@ def test_editor_validates_inline_and_saves_with_revision(
     other = write(service, "s", "the source")
     b = make_browser()
     _open_first(qtbot, b, "s")
-    ed = b.editor
+    ed = b.browse.editor
     assert not ed.save_button.isEnabled()  # nothing changed yet
     ed.tags.setText("ops, " + "x" * (limits.TAG_MAX_BYTES + 1))
     assert ed.errors["tags"].isVisibleTo(ed)
@@ -70,7 +70,7 @@ def test_editor_validates_inline_and_saves_with_revision(
         "relations": [{"type": "derived_from", "message_id": other["message_id"]}],
         "source_message_ids": [other["message_id"]],
     }
-    assert b.history_model.index(0, 2).data() == "semantic"  # the row follows the save
+    assert b.browse.history_model.index(0, 2).data() == "semantic"  # the row follows the save
     assert ed.status.text() == "Saved."
     assert not ed.save_button.isEnabled()
 
@@ -81,7 +81,7 @@ def test_conflict_shows_both_versions_and_overwrites_deliberately(
     msg = write(service, "s", "text", importance=10)
     b = make_browser()
     _open_first(qtbot, b, "s")
-    ed = b.editor
+    ed = b.browse.editor
     ed.importance.setValue(99)
     # someone else (another host) changes the message meanwhile
     update(service, msg["message_id"], '{"importance": 42, "tags": ["theirs"]}')
@@ -105,7 +105,7 @@ def test_conflict_reload_takes_the_stored_version(
     msg = write(service, "s", "text")
     b = make_browser()
     _open_first(qtbot, b, "s")
-    ed = b.editor
+    ed = b.browse.editor
     ed.summary.setPlainText("mine")
     update(service, msg["message_id"], '{"summary": "theirs"}')
     with qtbot.waitSignal(ed.conflictShown) as shown:
@@ -136,9 +136,9 @@ def test_context_panel_shows_neighbours_relations_deleted_targets_and_navigates(
     service.delete_message(message_id=gone["message_id"])
     b = make_browser()
     select_session(qtbot, b, "b")
-    with qtbot.waitSignal(b.context_panel.loaded):
+    with qtbot.waitSignal(b.browse.context_panel.loaded):
         select_history_rows(b, 0)
-    tree = b.context_panel.tree
+    tree = b.browse.context_panel.tree
     relations = tree.topLevelItem(3)
     assert relations.text(0) == "Relations (2)"
     texts = {relations.child(i).text(1): relations.child(i) for i in range(2)}
@@ -148,17 +148,17 @@ def test_context_panel_shows_neighbours_relations_deleted_targets_and_navigates(
     target = texts["→ derived_from (depth 1)"]
     assert target.data(0, TARGET_ROLE) == (base["message_id"], "a")
     # the type filter narrows the graph
-    with qtbot.waitSignal(b.context_panel.loaded):
-        b.context_panel.type_boxes["related_to"].setChecked(False)
+    with qtbot.waitSignal(b.browse.context_panel.loaded):
+        b.browse.context_panel.type_boxes["related_to"].setChecked(False)
     assert tree.topLevelItem(3).text(0) == "Relations (1)"
     # activating an entry jumps to it in its own session
     with qtbot.waitSignal(b.messageOpened) as opened:
         tree.itemActivated.emit(tree.topLevelItem(3).child(0), 0)
     assert opened.args == [base["message_id"]]
-    assert b.history_model.session_id == "a"
+    assert b.browse.history_model.session_id == "a"
     # from the base, the derived message is an incoming relation
-    qtbot.waitUntil(lambda: b.context_panel.result is not None)
-    rel = b.context_panel.result["relations"]
+    qtbot.waitUntil(lambda: b.browse.context_panel.result is not None)
+    rel = b.browse.context_panel.result["relations"]
     assert [(r["type"], r["direction"]) for r in rel] == [("derived_from", "incoming")]
     assert rel[0]["message"]["message_id"] == derived["message_id"]
 
@@ -204,10 +204,13 @@ def test_unsaved_edits_survive_a_selection_change_until_saved_or_reverted(
     second = write(service, "s", "second")
     b = make_browser()
     _open_first(qtbot, b, "s")
-    ed = b.editor
+    ed = b.browse.editor
     ed.importance.setValue(1)
     select_history_rows(b, 1)  # the user moves on without saving
-    assert b.detail.message is not None and b.detail.message["message_id"] == second["message_id"]
+    assert (
+        b.browse.detail.message is not None
+        and b.browse.detail.message["message_id"] == second["message_id"]
+    )
     assert ed.message is not None and ed.message["message_id"] == first["message_id"]
     assert ed.banner.isVisibleTo(ed) and ed.importance.value() == 1
     with qtbot.waitSignal(ed.saved):
@@ -233,7 +236,7 @@ def test_multi_delete_can_be_cancelled_and_stays_consistent(
         write(service, "s", f"m{i}")
     b = make_browser()
     select_session(qtbot, b, "s")
-    b.history_view.selectAll()
+    b.browse.history_view.selectAll()
     box = delete_confirmation(qtbot, b, b.delete_selected)
     with qtbot.waitSignal(b.deleted, timeout=20_000) as done:
         box.button(QMessageBox.StandardButton.Yes).click()

@@ -9,7 +9,6 @@ from gui_helpers import write
 
 from convmem_app.browser.maintenance_panel import IO_FIELDS, STORE_FIELDS, value_text
 from convmem_app.browser.memory_chart import PARTS
-from convmem_app.browser.window import TAB_MAINTENANCE
 from convmem_engine.service import MemoryService
 
 pytestmark = pytest.mark.gui
@@ -21,11 +20,11 @@ def test_health_panel_shows_every_field(
     for i in range(5):
         write(service, f"s{i % 2}", f"message {i}")
     b = make_browser()
-    with qtbot.waitSignal(b.maintenance.healthLoaded) as loaded:
-        b.tabs.setCurrentIndex(TAB_MAINTENANCE)
+    with qtbot.waitSignal(b.page("maintenance").healthLoaded) as loaded:
+        b.show_page("maintenance")
     health = loaded.args[0]
     assert health == service.get_system_health()
-    m = b.maintenance
+    m = b.page("maintenance")
     assert "OK" in m.status_badge.text()
     shown = {key for key, _l, _k in STORE_FIELDS} | {"status", "memory_estimate", "io"}
     assert set(health) <= shown | set(m.extra_labels)  # nothing the service reports is hidden
@@ -47,8 +46,8 @@ def test_rebuild_shows_progress_and_result_and_refreshes_health(
     for mid in ids[:3]:
         service.delete_message(message_id=mid)
     b = make_browser()
-    b.tabs.setCurrentIndex(TAB_MAINTENANCE)
-    m = b.maintenance
+    b.show_page("maintenance")
+    m = b.page("maintenance")
     qtbot.waitUntil(lambda: m.health is not None)
     assert m.health is not None and m.health["deleted_messages"] == 3
     with qtbot.waitSignal(m.rebuildFinished, timeout=20_000) as done:

@@ -12,7 +12,6 @@ from gui_helpers import history_ids, select_history_rows, select_session, write
 from mcp.client import Client
 
 from convmem_app.browser.search_panel import HTML_ROLE, SearchResultsModel, highlight
-from convmem_app.browser.window import TAB_BROWSE, TAB_SEARCH
 from convmem_engine.mcp import build_server
 from convmem_engine.service import MemoryService
 
@@ -20,11 +19,11 @@ pytestmark = pytest.mark.gui
 
 
 def _search(qtbot: Any, b: Any, query: str) -> list[dict[str, Any]]:
-    b.tabs.setCurrentIndex(TAB_SEARCH)
-    with qtbot.waitSignal(b.search_panel.searched):
-        b.search_panel.query.setText(query)
-        b.search_panel.search()
-    return list(b.search_panel.model.results)
+    b.show_page("search")
+    with qtbot.waitSignal(b.page("search").searched):
+        b.page("search").query.setText(query)
+        b.page("search").search()
+    return list(b.page("search").model.results)
 
 
 def test_search_results_with_score_fields_and_highlight(
@@ -37,7 +36,7 @@ def test_search_results_with_score_fields_and_highlight(
     results = _search(qtbot, b, "postgresql")
     ids = {r["message_id"] for r in results}
     assert hit["message_id"] in ids and by_tag["message_id"] in ids
-    model = b.search_panel.model
+    model = b.page("search").model
     row = [r["message_id"] for r in results].index(hit["message_id"])
     assert float(model.index(row, 0).data()) == pytest.approx(results[row]["score"], abs=1e-3)
     assert model.index(row, 1).data() == "content"
@@ -46,7 +45,7 @@ def test_search_results_with_score_fields_and_highlight(
     tag_row = [r["message_id"] for r in results].index(by_tag["message_id"])
     assert model.index(tag_row, 1).data() == "tags"
     assert model.index(tag_row, SearchResultsModel.COL_MATCH).data() == "tags: postgresql"
-    assert "results" in b.search_panel.status.text()
+    assert "results" in b.page("search").status.text()
 
 
 def test_search_filters_kinds_tiers_tags_importance_and_scope(
@@ -56,7 +55,7 @@ def test_search_filters_kinds_tiers_tags_importance_and_scope(
     bb = write(service, "s1", "deploy story", memory_kind="episode", memory_tier="long")
     c = write(service, "s2", "deploy rule", memory_kind="procedure", tags=["ops", "prod"])
     b = make_browser()
-    p = b.search_panel
+    p = b.page("search")
 
     def ids() -> set[str]:
         return {r["message_id"] for r in p.model.results}
@@ -87,9 +86,9 @@ def test_search_filters_kinds_tiers_tags_importance_and_scope(
     with qtbot.waitSignal(p.searched):
         p.tier_boxes["long"].setChecked(False)
     # scope: only the selected session
-    b.tabs.setCurrentIndex(TAB_BROWSE)
+    b.show_page("browse")
     select_session(qtbot, b, "s2")
-    b.tabs.setCurrentIndex(TAB_SEARCH)
+    b.show_page("search")
     with qtbot.waitSignal(p.searched):
         p.scope.setCurrentIndex(1)
     assert ids() == {c["message_id"]}
@@ -108,13 +107,13 @@ def test_opening_a_result_jumps_to_it_in_its_session(
     b = make_browser()
     _search(qtbot, b, "needle")
     with qtbot.waitSignal(b.messageOpened, timeout=10_000) as opened:
-        b.search_panel.open_row(0)
+        b.page("search").open_row(0)
     assert opened.args == [target["message_id"]]
-    assert b.tabs.currentIndex() == TAB_BROWSE
-    assert b.history_model.session_id == "long-session"
-    assert b.current_message() is not None
-    assert b.current_message()["message_id"] == target["message_id"]
-    assert b.detail.content.toPlainText() == "the needle in the haystack"
+    assert b.current_page().name == "browse"
+    assert b.browse.history_model.session_id == "long-session"
+    assert b.browse.current_message() is not None
+    assert b.browse.current_message()["message_id"] == target["message_id"]
+    assert b.browse.detail.content.toPlainText() == "the needle in the haystack"
 
 
 def test_highlight_escapes_html() -> None:
@@ -156,11 +155,16 @@ def test_live_updates_from_mcp_writes_updates_and_deletes(
     new_id = written["message"]["message_id"]
     qtbot.waitUntil(lambda: history_ids(b) == [first["message_id"], second["message_id"], new_id])
     qtbot.waitUntil(
-        lambda: b.sessions_model.row_data(b.sessions_model.row_of("chat"))["message_count"] == 3
+        lambda: (
+            b.browse.sessions_model.row_data(b.browse.sessions_model.row_of("chat"))[
+                "message_count"
+            ]
+            == 3
+        )
     )
     # a new session appears in the list without a refresh
     _run_mcp(service, [("write_message", {"session_id": "fresh", "role": "user", "content": "hi"})])
-    qtbot.waitUntil(lambda: b.sessions_model.row_of("fresh") >= 0)
+    qtbot.waitUntil(lambda: b.browse.sessions_model.row_of("fresh") >= 0)
     # an update shows in the row and in the open detail
     _run_mcp(
         service,
@@ -171,9 +175,9 @@ def test_live_updates_from_mcp_writes_updates_and_deletes(
             )
         ],
     )
-    qtbot.waitUntil(lambda: b.history_model.index(0, 5).data() == "live")
-    qtbot.waitUntil(lambda: b.detail.fields["tags"].text() == "live")
-    assert b.editor.message is not None and b.editor.message["revision"] == 2
+    qtbot.waitUntil(lambda: b.browse.history_model.index(0, 5).data() == "live")
+    qtbot.waitUntil(lambda: b.browse.detail.fields["tags"].text() == "live")
+    assert b.browse.editor.message is not None and b.browse.editor.message["revision"] == 2
     # a delete makes the row vanish at once
     _run_mcp(service, [("delete_message", {"message_id": second["message_id"]})])
     qtbot.waitUntil(lambda: history_ids(b) == [first["message_id"], new_id])

@@ -1,0 +1,101 @@
+"""A page of the memory browser: one tab, found by its `name`.
+
+Every page (Browse, Search, Maintenance, and whatever comes next) subclasses `BrowserPage` and
+is listed once, in tab order, in `convmem_app.browser.pages.PAGES`. The window builds each page
+from a `PageContext`, adds its tab and a View-menu entry (Ctrl+1, Ctrl+2, … by position), and
+from then on talks to pages only through the hooks below and the signals they emit, so adding a
+page never means editing the window. How to add one: docs/browser.md, "Adding a page".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from PySide6.QtCore import QSettings, Signal
+from PySide6.QtWidgets import QStackedWidget, QWidget
+
+from convmem_app.browser.jobs import JobRunner
+from convmem_app.browser.service_panel import ServicePanel
+
+if TYPE_CHECKING:
+    from convmem_engine.runtime import Runtime
+    from convmem_engine.service import MemoryService
+
+
+@dataclass(frozen=True)
+class PageContext:
+    """What a page is built from."""
+
+    service: MemoryService
+    runner: JobRunner  # the window's shared background-job runner: no service call on the GUI
+    settings: QSettings
+    runtime: Runtime | None = None  # the app's runtime (clients, parts); None outside the app
+
+
+class BrowserPage(ServicePanel):
+    """One tab of the memory browser. Subclasses set `name` and `title` and override the hooks
+    they need; every hook's default does nothing."""
+
+    name: ClassVar[str] = ""
+    """Unique key: tabs are found by it (`MemoryBrowser.page(name)`), the last shown tab is
+    saved under it."""
+    title: ClassVar[str] = ""
+    """Tab text and View-menu entry, with its mnemonic (e.g. "Sea&rch")."""
+
+    openRequested = Signal(str, str)
+    """(message_id, session_id): show that message in its session (the window opens Browse)."""
+    sessionChanged = Signal(object)
+    """The session this page works in (str) changed, or none is selected (None); the window
+    passes it to every page's `set_current_session`."""
+    selectionChanged = Signal()
+    """What `delete_targets()` returns may have changed (the window re-enables its actions)."""
+    statusMessage = Signal(str)
+    """A line for the window's status bar."""
+
+    def __init__(self, context: PageContext, parent: QWidget | None = None) -> None:
+        super().__init__(context.service, context.runner, parent)
+        self.context = context
+
+    def is_current(self) -> bool:
+        """Its tab is the one shown in the window (whether or not the window is visible)."""
+        stack = self.parentWidget()
+        return isinstance(stack, QStackedWidget) and stack.currentWidget() is self
+
+    # ---- hooks the window calls (GUI thread) -----------------------------------------------
+
+    def page_shown(self) -> None:
+        """Its tab has become the current one."""
+
+    def focus(self) -> None:
+        """Put the keyboard focus where work on this page starts (after `show_page`)."""
+
+    def refresh(self, current: bool) -> None:
+        """F5: re-read what the page shows. `current`: its tab is the one shown."""
+
+    def on_change(self, kind: str, message_id: str | None, session_id: str | None) -> None:
+        """A durable change to the store ("write", "update", "delete", "rebuild"), made by any
+        host or by the browser itself; deleted messages also arrive in `messages_deleted`."""
+
+    def set_current_session(self, session_id: str | None) -> None:
+        """The session selected in the browser (see `sessionChanged`)."""
+
+    def delete_targets(self) -> list[tuple[str, str]]:
+        """(message_id, session_id) of the messages the Delete action deletes while this page
+        is current; [] when it deletes nothing here."""
+        return []
+
+    def messages_deleted(self, message_ids: set[str]) -> None:
+        """These messages were deleted (by a host or by the browser): take them out."""
+
+    def apply_palette(self) -> None:
+        """The palette changed (light / dark)."""
+
+    def restore_state(self, settings: QSettings) -> None:
+        """Restore the layout saved by `save_state` (keys under "browser/")."""
+
+    def save_state(self, settings: QSettings) -> None:
+        """Save the page's layout (splitters, headers)."""
+
+    def stop(self) -> None:
+        """The window closes or shuts down: cancel what the page is loading."""
