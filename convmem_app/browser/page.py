@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from PySide6.QtCore import QSettings, Signal
-from PySide6.QtWidgets import QStackedWidget, QWidget
+from PySide6.QtWidgets import QTabWidget, QWidget
 
 from convmem_app.browser.jobs import JobRunner
 from convmem_app.browser.service_panel import ServicePanel
@@ -59,8 +59,11 @@ class BrowserPage(ServicePanel):
 
     def is_current(self) -> bool:
         """Its tab is the one shown in the window (whether or not the window is visible)."""
-        stack = self.parentWidget()
-        return isinstance(stack, QStackedWidget) and stack.currentWidget() is self
+        parent = self.parentWidget()
+        while parent is not None and not isinstance(parent, QTabWidget):
+            parent = parent.parentWidget()
+        shown = parent.currentWidget() if parent is not None else None
+        return shown is not None and (shown is self or shown.isAncestorOf(self))
 
     # ---- hooks the window calls (GUI thread) -----------------------------------------------
 

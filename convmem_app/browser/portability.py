@@ -35,6 +35,7 @@ from convmem_app.browser.host_setup import HostSetup, WelcomePage
 from convmem_app.browser.hosts_page import HostsPage
 from convmem_app.browser.jobs import Job
 from convmem_app.browser.paged_model import ROW_ROLE
+from convmem_app.browser.search_panel import SearchPanel
 from convmem_app.browser.transfer_dialogs import BackupDialog, ExportDialog, ImportDialog
 from convmem_app.hosts import Env
 from convmem_engine.domain.message import MEMORY_KINDS, MEMORY_TIERS
@@ -134,14 +135,14 @@ class Portability(QObject):
         self.welcome = WelcomePage(self.welcome_setup)
         self.browse_stack = QStackedWidget()
         tabs = browser.tabs
-        index = tabs.indexOf(browser.browse_page)
+        index = tabs.indexOf(browser.browse)
         title = tabs.tabText(index)
         tabs.removeTab(index)
-        self.browse_stack.addWidget(browser.browse_page)
+        self.browse_stack.addWidget(browser.browse)
         self.browse_stack.addWidget(self.welcome)
         tabs.insertTab(index, self.browse_stack, title)
         tabs.setCurrentIndex(index)
-        model = browser.sessions_model
+        model = browser.browse.sessions_model
         for signal in (model.refreshed, model.pageLoaded, model.rowsInserted, model.rowsRemoved):
             signal.connect(self._update_welcome)
         model.modelReset.connect(self._update_welcome)
@@ -200,9 +201,9 @@ class Portability(QObject):
             view_menu.addAction(self.act_hosts)
 
     def _update_welcome(self, *_args: Any) -> None:
-        model = self.browser.sessions_model
+        model = self.browser.browse.sessions_model
         empty = model.rowCount() == 0 and not getattr(model, "loading", False)
-        self.browse_stack.setCurrentWidget(self.welcome if empty else self.browser.browse_page)
+        self.browse_stack.setCurrentWidget(self.welcome if empty else self.browser.browse)
         if empty:
             self.welcome_setup.refresh()
 
@@ -226,8 +227,8 @@ class Portability(QObject):
 
     def open_export(self) -> ExportDialog:
         b = self.browser
-        session = b.history_model.session_id if hasattr(b.history_model, "session_id") else None
-        results = list(b.search_panel.model.results)
+        session = b.browse.current_session()
+        results = list(b.page_of(SearchPanel).model.results)
         d = ExportDialog(b.service, b.runner, b, session_id=session, results=results)
         self._show(d)
         return d
@@ -244,16 +245,19 @@ class Portability(QObject):
     def targets(self) -> list[Target]:
         """The messages selected in the current view (search results or history)."""
         b = self.browser
-        if b.tabs.currentWidget() is b.search_panel:
-            rows = sorted(i.row() for i in b.search_panel.view.selectionModel().selectedRows())
-            results = b.search_panel.model.results
+        search = b.page_of(SearchPanel)
+        if search.is_current():
+            rows = sorted(i.row() for i in search.view.selectionModel().selectedRows())
+            results = search.model.results
             return [
                 Target(str(results[r]["message_id"]), int(results[r]["revision"])) for r in rows
             ]
         if b.tabs.currentWidget() is not self.browse_stack:
             return []
         out = []
-        for index in sorted(b.history_view.selectionModel().selectedRows(), key=lambda i: i.row()):
+        for index in sorted(
+            b.browse.history_view.selectionModel().selectedRows(), key=lambda i: i.row()
+        ):
             row = index.data(ROW_ROLE)
             if isinstance(row, dict):
                 out.append(Target(str(row["message_id"]), int(row["revision"])))

@@ -124,13 +124,26 @@ class MemoryBrowser(QMainWindow):
                 return page
         raise KeyError(f"no browser page of class {page_class.__name__}")
 
-    def current_page(self) -> BrowserPage:
-        return self.pages[self.tabs.currentIndex()]
+    def current_page(self) -> BrowserPage | None:
+        """The page whose tab is shown (None for a tab that holds no page)."""
+        shown = self.tabs.currentWidget()
+        for page in self.pages:
+            if shown is not None and (shown is page or shown.isAncestorOf(page)):
+                return page
+        return None
+
+    def _tab_of(self, page: BrowserPage) -> QWidget:
+        """The tab holding `page`: the page itself, or a container it was put into."""
+        for index in range(self.tabs.count()):
+            tab = self.tabs.widget(index)
+            if tab is not None and (tab is page or tab.isAncestorOf(page)):
+                return tab
+        raise KeyError(f"browser page {page.name!r} has no tab")
 
     def show_page(self, name: str) -> BrowserPage:
         """Make the tab of page `name` current and return the page."""
         page = self.page(name)
-        self.tabs.setCurrentWidget(page)
+        self.tabs.setCurrentWidget(self._tab_of(page))
         return page
 
     def focus_page(self, name: str) -> None:
@@ -182,7 +195,7 @@ class MemoryBrowser(QMainWindow):
                 page.title,
                 None,
                 f"Ctrl+{i + 1}" if i < 9 else None,
-                lambda _c=False, p=page: self.tabs.setCurrentWidget(p),
+                lambda _c=False, name=page.name: self.show_page(name),
             )
             for i, page in enumerate(self.pages)
         ]
@@ -282,7 +295,8 @@ class MemoryBrowser(QMainWindow):
         s.setValue("browser/windowState", self.saveState())
         for page in self.pages:
             page.save_state(s)
-        s.setValue("browser/tab", self.current_page().name)
+        current = self.current_page()
+        s.setValue("browser/tab", current.name if current is not None else "")
         s.sync()
 
     def showEvent(self, event: QShowEvent) -> None:
@@ -313,7 +327,7 @@ class MemoryBrowser(QMainWindow):
 
     def open_message(self, message_id: str, session_id: str) -> None:
         """Jump to a message in its session (search results, relations, context)."""
-        self.tabs.setCurrentWidget(self.browse)
+        self.show_page(self.browse.name)
         self.browse.open_message(message_id, session_id)
 
     def _session_changed(self, session_id: object) -> None:
@@ -321,9 +335,10 @@ class MemoryBrowser(QMainWindow):
         for page in self.pages:
             page.set_current_session(sid)
 
-    def _tab_changed(self, index: int) -> None:
-        if 0 <= index < len(self.pages):
-            self.pages[index].page_shown()
+    def _tab_changed(self, _index: int) -> None:
+        page = self.current_page()
+        if page is not None:
+            page.page_shown()
         self._update_actions()
 
     def refresh(self) -> None:
@@ -334,7 +349,7 @@ class MemoryBrowser(QMainWindow):
 
     def _rebuild(self) -> None:
         maintenance = self.page_of(MaintenancePanel)
-        self.tabs.setCurrentWidget(maintenance)
+        self.show_page(maintenance.name)
         maintenance.rebuild()
 
     # --- live updates ---
@@ -347,13 +362,16 @@ class MemoryBrowser(QMainWindow):
 
     # --- delete ---
 
+    def _delete_targets(self) -> list[tuple[str, str]]:
+        page = self.current_page()
+        return page.delete_targets() if page is not None else []
+
     def _update_actions(self) -> None:
-        targets = self.current_page().delete_targets() if self.pages else []
-        self.act_delete.setEnabled(bool(targets) and self._delete_job is None)
+        self.act_delete.setEnabled(bool(self._delete_targets()) and self._delete_job is None)
         self.act_save.setEnabled(self.browse.can_save())
 
     def delete_selected(self) -> None:
-        targets = self.current_page().delete_targets()
+        targets = self._delete_targets()
         if not targets or self._delete_job is not None or self.delete_confirmation is not None:
             return
         n = len(targets)

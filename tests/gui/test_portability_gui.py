@@ -178,7 +178,7 @@ def test_welcome_page_while_the_store_is_empty(
     ]
     write(service, "first", "remember that I like trams")
     qtbot.waitUntil(lambda: not p.showing_welcome, timeout=10_000)
-    assert b.browse_page.isVisible()
+    assert b.browse.isVisible()
     p.stop()
 
 
@@ -229,6 +229,6 @@ def test_hosts_tab_shows_the_activity_and_opens_a_message(
     assert f"this app wrote {msg['message_id']} in s" in item.text()
     with qtbot.waitSignal(b.messageOpened, timeout=10_000):
         p.hosts_page.feed.itemDoubleClicked.emit(item)
-    assert b.current_message() is not None
+    assert b.browse.current_message() is not None
     p.stop()
     feed.close()
