@@ -278,11 +278,13 @@ class ConvMemApp(QObject):
         if self._quitting:
             self._stop_runtime()
             return
-        bridge = PipeBridge(endpoint(self.data_dir), self)
+        bridge: PipeBridge | None = None
         try:
+            bridge = PipeBridge(endpoint(self.data_dir), self)  # endpoint: SocketDirError
             runtime.add_listener(bridge)
         except (ListenerError, OSError) as exc:
-            bridge.deleteLater()
+            if bridge is not None:
+                bridge.deleteLater()
             runtime.stop()  # no listener yet: closes the store and releases the lock at once
             self._show_problem(exc)
             return
