@@ -407,14 +407,16 @@ def parse_wmi_launch(returncode: int, stdout: str) -> int:
 
 
 class _ProcessById:
-    """A process we did not start ourselves (WMI did): polled through its id."""
+    """A process we did not start ourselves (WMI did): polled through a handle opened on its id
+    at once, so that its exit status stays readable after it ends (None: unknown, keep
+    waiting until the start timeout)."""
 
-    def __init__(self, pid: int, exit_code: Callable[[int], int | None]) -> None:
-        self.pid = pid
+    def __init__(self, handle: int | None, exit_code: Callable[[int], int | None]) -> None:
+        self._handle = handle
         self._exit_code = exit_code
 
     def poll(self) -> int | None:
-        return self._exit_code(self.pid)
+        return None if self._handle is None else self._exit_code(self._handle)
 
 
 def packaged_host_message(package: str) -> str:
@@ -479,7 +481,7 @@ def _spawn_outside_package(command: list[str], options: dict[str, Any], package:
         pid = parse_wmi_launch(done.returncode, done.stdout)
     except ShimError as exc:
         raise ShimError(f"{packaged_host_message(package)}; {exc}") from None
-    return _ProcessById(pid, winapi.process_exit_code)
+    return _ProcessById(winapi.open_process(pid), winapi.exit_code)
 
 
 def parse_wmi_launch_failure(package: str) -> str:

@@ -112,18 +112,19 @@ def current_package_full_name() -> str | None:
     return str(buffer.value) or None
 
 
-def process_exit_code(pid: int) -> int | None:
-    """None while process `pid` runs, else its exit status (-1 if it cannot be asked)."""
-    process = _kernel32.OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, False, pid)
-    if not process:
-        return -1
-    try:
-        code = wintypes.DWORD()
-        if not _kernel32.GetExitCodeProcess(process, ctypes.byref(code)):
-            return -1
-        return None if code.value == STILL_ACTIVE else int(code.value)
-    finally:
-        _kernel32.CloseHandle(process)
+def open_process(pid: int) -> int | None:
+    """A handle on process `pid` that keeps its exit status readable after it ends (None when
+    it is already gone or may not be opened). Never closed: the shim is short-lived."""
+    handle = _kernel32.OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, False, pid)
+    return int(handle) if handle else None
+
+
+def exit_code(handle: int) -> int | None:
+    """None while the process runs (or when it cannot be asked), else its exit status."""
+    code = wintypes.DWORD()
+    if not _kernel32.GetExitCodeProcess(wintypes.HANDLE(handle), ctypes.byref(code)):
+        return None
+    return None if code.value == STILL_ACTIVE else int(code.value)
 
 
 def system_directory() -> str:

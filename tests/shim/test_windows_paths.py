@@ -57,7 +57,7 @@ def test_elsewhere_the_endpoint_is_a_socket_in_a_private_folder(
 
 
 @pytest.mark.windows
-def test_qt_listens_where_the_shim_connects(tmp_path: Path) -> None:
+def test_qt_listens_where_the_shim_connects(qapp: Any, tmp_path: Path) -> None:
     from PySide6.QtNetwork import QLocalServer
 
     name = endpoint(tmp_path)
@@ -160,12 +160,13 @@ def test_the_wmi_launch_result() -> None:
     assert "Start ConvMem from the Start menu" in shim.parse_wmi_launch_failure("Claude_1_x64__p")
 
 
-def test_a_process_started_by_wmi_is_polled_by_its_id() -> None:
+def test_a_process_started_by_wmi_is_polled_through_its_handle() -> None:
     states: dict[int, int | None] = {7: None}
     process = shim._ProcessById(7, states.__getitem__)
     assert process.poll() is None
     states[7] = 3
     assert process.poll() == 3
+    assert shim._ProcessById(None, states.__getitem__).poll() is None  # could not open: wait
 
 
 @pytest.mark.windows
@@ -175,9 +176,15 @@ def test_the_windows_calls_the_launch_makes() -> None:
     assert winapi.current_package_full_name() is None  # the CI runner's Python: not packaged
     system = winapi.system_directory()
     assert Path(system, "WindowsPowerShell", "v1.0", "powershell.exe").is_file()
-    assert winapi.process_exit_code(os.getpid()) is None
-    done = subprocess.run([sys.executable, "-c", "raise SystemExit(7)"])
-    assert done.returncode == 7
+    ours = winapi.open_process(os.getpid())
+    assert ours is not None and winapi.exit_code(ours) is None
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read(); sys.exit(7)"], stdin=subprocess.PIPE
+    )
+    handle = winapi.open_process(child.pid)
+    assert handle is not None and winapi.exit_code(handle) is None
+    child.communicate(b"")
+    assert winapi.exit_code(handle) == 7  # still readable after the process ended
     assert winapi.process_user_sid().startswith("S-1-5-")
     assert winapi.process_user_sid(os.getpid()) == winapi.process_user_sid()
 
@@ -325,8 +332,8 @@ def test_protocol_bytes_pass_unchanged_through_windows_stdio() -> None:
 @pytest.fixture
 def echo_server(tmp_path: Path) -> Iterator[str]:
     """A real Unix socket server that echoes every byte back."""
-    if not hasattr(socket, "AF_UNIX"):
-        pytest.skip("no Unix sockets")
+    if sys.platform == "win32":
+        pytest.skip("a Unix socket and a selector loop stand in for the pipe elsewhere")
     path = str(tmp_path / "echo.sock")
     server = socket.socket(socket.AF_UNIX)
     server.bind(path)
