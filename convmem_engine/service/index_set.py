@@ -22,7 +22,7 @@ from __future__ import annotations
 import gc
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final, Literal
 
 from convmem_engine.domain.errors import InternalError
@@ -61,6 +61,13 @@ def _apply_search_change(index: SearchIndex, op: Op, msg: Message, new: Message 
         index.replace(msg, new)
 
 
+def _account(messages: Iterable[Message]) -> MessageAccounting:
+    accounting = MessageAccounting()
+    for msg in messages:
+        accounting.add(msg)
+    return accounting
+
+
 class IndexSet:
     def __init__(
         self,
@@ -83,9 +90,12 @@ class IndexSet:
         self._search_thread: threading.Thread | None = None
         self._search_cancel = False
         self._background_search_from = background_search_from
-        # Built on the first health call (not at open), then maintained by every change.
+        # Built with the indexes (for a large store first thing on the background build's
+        # thread, so open does not pay for it), then maintained by every change; a health call
+        # that comes first builds it itself.
         self._accounting: MessageAccounting | None = None
         self._accounting_lock = threading.Lock()
+        self._accounting_ready = threading.Event()
         self._index_error = ""
         self._broken = False
 
@@ -94,6 +104,7 @@ class IndexSet:
     def build(self, messages: Mapping[str, Message], *, background: bool) -> None:
         """Build every index from the live messages (write lock held, or not yet shared)."""
         self._accounting = None
+        self._accounting_ready.clear()
         self.history.build(messages.values())
         self.relations.build(messages.values())
         self.search_index = self._new_search_index()
@@ -109,6 +120,7 @@ class IndexSet:
             )
             self._search_thread.start()
         else:
+            self._install_accounting(_account(messages.values()), [])
             for msg in messages.values():
                 self.search_index.add(msg)
             self._search_pending = None
@@ -121,6 +133,10 @@ class IndexSet:
         the changes queued since, and declare the index ready."""
         error = ""
         try:
+            accounting = _account(messages)
+            with self._lock.write():
+                if index is self.search_index:
+                    self._install_accounting(accounting, self._search_pending or [])
             for msg in messages:
                 if self._search_cancel:
                     break
@@ -129,6 +145,7 @@ class IndexSet:
             log.exception("search index build failed")
             error = f"search index: build failed ({type(e).__name__})"
         with self._lock.write():
+            self._accounting_ready.set()  # made above, or (after a failure) by the health call
             if index is not self.search_index:
                 # Replaced meanwhile (the indexes were rebuilt after a failed update): the
                 # new index is complete and ready; this one is dropped.
@@ -155,6 +172,7 @@ class IndexSet:
     def stop(self) -> None:
         """Stop a background build and wait for its thread (without holding the lock)."""
         self._search_cancel = True
+        self._accounting_ready.set()
         thread = self._search_thread
         if thread is not None:
             thread.join()
@@ -230,6 +248,7 @@ class IndexSet:
             self._broken = True
             self._index_error = f"indexes: rebuild failed ({type(exc).__name__})"
             self._search_ready.set()
+            self._accounting_ready.set()
             raise InternalError(
                 "rebuild_index: the store was compacted but the indexes could not be "
                 "rebuilt; run rebuild_index again"
@@ -286,15 +305,33 @@ class IndexSet:
             min_importance=min_importance,
         )
 
-    def accounting(self, messages: Mapping[str, Message]) -> MessageAccounting:
-        """The memory accounting of the live messages, built on first use (the mutex stops two
-        health calls from both building it)."""
+    def _install_accounting(
+        self, accounting: MessageAccounting, changes: list[tuple[Op, Message, Message | None]]
+    ) -> None:
+        """Make `accounting` (of the messages live when the build began) current by applying the
+        changes made since, unless a health call built one meanwhile. Write lock held."""
         with self._accounting_lock:
             if self._accounting is None:
-                acc = MessageAccounting()
-                for msg in messages.values():
-                    acc.add(msg)
-                self._accounting = acc
+                for op, msg, new in changes:
+                    if op != "add":
+                        accounting.remove(msg)
+                    if op == "add" or new is not None:
+                        accounting.add(msg if new is None else new)
+                self._accounting = accounting
+            self._accounting_ready.set()
+
+    def wait_for_accounting(self, timeout: float) -> bool:
+        """Wait (without holding the lock: the builder needs it) until the build has made the
+        accounting, so a health call right after open does not walk every message itself."""
+        return self._accounting_ready.wait(timeout)
+
+    def accounting(self, messages: Mapping[str, Message]) -> MessageAccounting:
+        """The memory accounting of the live messages; built here if the build has not made
+        it yet (the mutex stops two health calls from both building it)."""
+        with self._accounting_lock:
+            if self._accounting is None:
+                self._accounting = _account(messages.values())
+                self._accounting_ready.set()
             return self._accounting
 
     @property
