@@ -148,7 +148,7 @@ class HttpSettingsDialog(QDialog):
         self.port_box.valueChanged.connect(self._refresh)
         self.show_token_button.toggled.connect(self._show_token)
         self.copy_url_button.clicked.connect(lambda: self._copy("url", self.url()))
-        self.copy_token_button.clicked.connect(lambda: self._copy("token", self.token.value()))
+        self.copy_token_button.clicked.connect(self._copy_token)
         self.copy_claude_button.clicked.connect(
             lambda: self._copy("claude", claude_code_command(self.url(), self.token.value()))
         )
@@ -156,7 +156,10 @@ class HttpSettingsDialog(QDialog):
             lambda: self._copy("json", http_host_json(self.url(), self.token.value()))
         )
         self.regenerate_button.clicked.connect(self.regenerate)
-        self._load_token()
+        if choice.enabled or token.from_environment or token.path.exists():
+            self._load_token()  # else generated at first enable (apply)
+        else:
+            self.token_field.setPlaceholderText("generated when HTTP is first turned on")
         self._refresh()
 
     # ---- what it shows ----
@@ -188,6 +191,8 @@ class HttpSettingsDialog(QDialog):
     # ---- what it does ----
 
     def apply(self) -> None:
+        if self.enabled_box.isChecked() and not self.token_field.text():
+            self._load_token()
         self.applyRequested.emit(self.enabled_box.isChecked(), self.port_box.value())
 
     def regenerate(self) -> None:
@@ -198,6 +203,10 @@ class HttpSettingsDialog(QDialog):
             return
         self._load_token()
         self.problem_label.setText("New token: hosts using the old one must be updated.")
+
+    def _copy_token(self) -> None:
+        self._load_token()
+        self._copy("token", self.token.value())
 
     def _copy(self, what: str, text: str) -> None:
         QGuiApplication.clipboard().setText(text)

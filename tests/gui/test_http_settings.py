@@ -46,6 +46,8 @@ def test_choice_round_trips_through_settings(tmp_path: Path) -> None:
 def test_apply_emits_the_choice_and_status_is_shown(qtbot: QtBot, tmp_path: Path) -> None:
     dialog = make(qtbot, tmp_path, HttpChoice(False, 9200))
     assert "Off" in dialog.status_label.text()
+    assert not (tmp_path / TOKEN_FILE_NAME).exists()  # generated at first enable
+    assert dialog.token_field.text() == ""
     assert dialog.url_field.text() == "http://127.0.0.1:9200/mcp"
     dialog.enabled_box.setChecked(True)
     dialog.port_box.setValue(9201)
@@ -53,6 +55,7 @@ def test_apply_emits_the_choice_and_status_is_shown(qtbot: QtBot, tmp_path: Path
     with qtbot.waitSignal(dialog.applyRequested) as blocker:
         dialog.apply_button.click()
     assert blocker.args == [True, 9201]
+    assert dialog.token_field.text() == (tmp_path / TOKEN_FILE_NAME).read_text().strip()
     dialog.set_status(HttpStatus(serving=True, url="http://127.0.0.1:9201/mcp"))
     assert "Serving MCP at http://127.0.0.1:9201/mcp" in dialog.status_label.text()
     dialog.set_status(HttpStatus(serving=False, problem="port 9201 is already in use"))
