@@ -52,11 +52,15 @@ from PySide6.QtWidgets import QApplication
 
 from convmem_app.hosts.configure import shim_command
 from convmem_app.shell import autostart, claude_desktop
+from convmem_app.shell.http_control import HttpControl
+from convmem_app.shell.http_settings import HttpStatus
 from convmem_app.shell.pipe_bridge import PipeBridge, control_line
 from convmem_app.shell.startup_error import StartupErrorWindow, describe
 from convmem_app.shell.tray import Tray, app_icon
 from convmem_app.shim.paths import endpoint, resolve_data_dir
 from convmem_engine.domain.errors import BusyError
+from convmem_engine.mcp.http_config import claude_code_command
+from convmem_engine.mcp.http_token import TokenError
 from convmem_engine.runtime import ListenerError, Runtime, RuntimeHealth, RuntimeState
 
 if TYPE_CHECKING:
@@ -216,6 +220,11 @@ class ConvMemApp(QObject):
         self.has_tray = Tray.available()
         self.tray.openBrowserRequested.connect(self.show_window)
         self.tray.copyConfigRequested.connect(self.copy_host_configuration)
+        self.http = HttpControl(self.settings, data_dir, self)
+        self.http.statusChanged.connect(self._on_http_status)
+        self.http.problem.connect(lambda text: self._notify("HTTP endpoint not started", text))
+        self.tray.copyHttpConfigRequested.connect(self.copy_http_host_configuration)
+        self.tray.httpSettingsRequested.connect(self.show_http_settings)
         self.tray.rebuildRequested.connect(self.rebuild_index)
         self.tray.quitRequested.connect(self.quit)
         self.tray.login_action.setChecked(self.start_at_login)
@@ -303,6 +312,7 @@ class ConvMemApp(QObject):
         self.tray.set_hosts(0)
         self.tray.set_health("OK")
         self._set_state(AppState.RUNNING)
+        self.http.attach(runtime)  # the HTTP endpoint, when Settings → HTTP has it on
         self.refresh_health()
         self._health_timer.start()
         if not self.has_tray or not self.minimized:
@@ -406,6 +416,25 @@ class ConvMemApp(QObject):
         QGuiApplication.clipboard().setText(text)
         self._notify("Host configuration copied", claude_desktop.paste_hint())
         return text
+
+    def copy_http_host_configuration(self) -> str:
+        """The Claude Code command for the HTTP endpoint (while it serves), with the token."""
+        status = self.http.status
+        if not status.serving:
+            return ""
+        text = claude_code_command(status.url, self.http.token().value())
+        QGuiApplication.clipboard().setText(text)
+        self._notify(
+            "HTTP host configuration copied", "It holds the token: paste it only into your host."
+        )
+        return text
+
+    def show_http_settings(self) -> None:
+        with contextlib.suppress(TokenError):  # a bad CONVMEM_HTTP_TOKEN: notified already
+            self.http.show_dialog()
+
+    def _on_http_status(self, status: HttpStatus) -> None:
+        self.tray.set_http_url(status.url if status.serving else "")
 
     def refresh_health(self) -> None:
         runtime = self.runtime
@@ -521,13 +550,24 @@ class ConvMemApp(QObject):
         if runtime is None or runtime.state is RuntimeState.STOPPED:
             self._finish()
             return
-        future = runtime.stop_async(self.quit_grace)
-        future.add_done_callback(lambda _future: self._runtimeStopped.emit())
+
+        def stop(_pending: object = None) -> None:
+            future = runtime.stop_async(self.quit_grace)
+            future.add_done_callback(lambda _future: self._runtimeStopped.emit())
+
+        pending = self.http.detach()  # an HTTP (re)start in progress ends first
+        if pending is not None and not pending.done():
+            pending.add_done_callback(stop)
+        else:
+            stop()
 
     def _finish(self) -> None:
         if self.state is AppState.STOPPED:
             return
         self._workers.shutdown(wait=True)  # a running rebuild or health check ends first
+        self.http.shutdown()
+        if self.http.dialog is not None:
+            self.http.dialog.close()
         if self.window is not None:
             self.window.close()
             self.window.deleteLater()

@@ -34,6 +34,8 @@ class Tray(QObject):
 
     openBrowserRequested = Signal()
     copyConfigRequested = Signal()
+    copyHttpConfigRequested = Signal()
+    httpSettingsRequested = Signal()
     rebuildRequested = Signal()
     startAtLoginToggled = Signal(bool)
     quitRequested = Signal()
@@ -45,6 +47,9 @@ class Tray(QObject):
         self.status_action = QAction("Starting…", self.menu)
         self.status_action.setEnabled(False)
         self.copy_action = QAction("Copy host configuration", self.menu)
+        self.copy_http_action = QAction("Copy HTTP host configuration", self.menu)
+        self.copy_http_action.setEnabled(False)  # while HTTP serves (set_http_url)
+        self.http_action = QAction("HTTP endpoint…", self.menu)
         self.rebuild_action = QAction("Rebuild index", self.menu)
         self.login_action = QAction("Start at login", self.menu)
         self.login_action.setCheckable(True)
@@ -52,12 +57,20 @@ class Tray(QObject):
         for action in (self.open_action, self.status_action):
             self.menu.addAction(action)
         self.menu.addSeparator()
-        for action in (self.copy_action, self.rebuild_action, self.login_action):
+        for action in (
+            self.copy_action,
+            self.copy_http_action,
+            self.http_action,
+            self.rebuild_action,
+            self.login_action,
+        ):
             self.menu.addAction(action)
         self.menu.addSeparator()
         self.menu.addAction(self.quit_action)
         self.open_action.triggered.connect(self.openBrowserRequested)
         self.copy_action.triggered.connect(self.copyConfigRequested)
+        self.copy_http_action.triggered.connect(self.copyHttpConfigRequested)
+        self.http_action.triggered.connect(self.httpSettingsRequested)
         self.rebuild_action.triggered.connect(self.rebuildRequested)
         self.login_action.toggled.connect(self.startAtLoginToggled)
         self.quit_action.triggered.connect(self.quitRequested)
@@ -84,6 +97,12 @@ class Tray(QObject):
         """Actions that need an open store are enabled only while one is open."""
         for action in (self.copy_action, self.rebuild_action):
             action.setEnabled(ready)
+
+    def set_http_url(self, url: str) -> None:
+        """The HTTP endpoint serves at `url` ("": it does not): the HTTP host configuration
+        can be copied only while it serves."""
+        self.copy_http_action.setEnabled(bool(url))
+        self.copy_http_action.setToolTip(url or "HTTP is off (HTTP endpoint…)")
 
     def set_health(self, status: str) -> None:
         self._health = status

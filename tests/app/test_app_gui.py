@@ -83,6 +83,8 @@ def test_tray_menu_actions(
         "Open memory browser",
         "OK · 0 hosts connected",
         "Copy host configuration",
+        "Copy HTTP host configuration",
+        "HTTP endpoint…",
         "Rebuild index",
         "Start at login",
         "Quit ConvMem",
