@@ -1,6 +1,8 @@
-"""Validation of every tool argument against seed 000's limits.
+"""The domain's rules for every value a tool argument can carry, against seed 000's limits.
 
-Each function takes a raw argument (whatever JSON type the caller sent), checks its type, size
+The tool registry's parameter kinds (`convmem_engine.tools.spec`) check each argument with
+these functions; import (convmem_engine.transfer) and the GUI's inline checks use them too.
+Each function takes a raw value (whatever JSON type the caller sent), checks its type, size
 and range, and returns the normalised value or raises `ValidationError`. Messages name the field
 and the constraint and never repeat the value. `bool` is never accepted where an integer is
 expected (JSON `true` is not `1`).
@@ -130,29 +132,6 @@ def integer(value: object, field: str, *, lo: int, hi: int | None = None) -> int
             raise _fail(field, f"must be at least {lo}")
         raise _fail(field, f"must be between {lo} and {hi}")
     return value
-
-
-def optional_integer(value: object, field: str, *, lo: int, hi: int | None, default: int) -> int:
-    """`None` (argument omitted) gives the default."""
-    if value is None:
-        return default
-    return integer(value, field, lo=lo, hi=hi)
-
-
-def expected_revision(value: object, field: str = "expected_revision") -> int | None:
-    if value is None:
-        return None
-    return integer(value, field, lo=limits.EXPECTED_REVISION_MIN)
-
-
-def view(value: object, field: str = "view") -> str:
-    if value is None:
-        return "history"
-    return choice(value, field, VIEWS)
-
-
-def query(value: object, field: str = "query") -> str:
-    return text(value, field, min_bytes=1, max_bytes=limits.QUERY_MAX_BYTES)
 
 
 def _reject_constant(name: str) -> Any:

@@ -20,6 +20,7 @@ from convmem_engine.tools.registry import (
 from convmem_engine.tools.spec import (
     Annotations,
     Choice,
+    Custom,
     Integer,
     JsonText,
     Kind,
@@ -35,6 +36,7 @@ __all__ = [
     "MEMORY_TOOLS",
     "Annotations",
     "Choice",
+    "Custom",
     "Integer",
     "JsonText",
     "Kind",

@@ -130,8 +130,8 @@ class Integer:
 @dataclass(frozen=True, slots=True)
 class Custom:
     """Any other argument: its JSON Schema fragment as given (without "description" and
-    "default", which come from the Param) and the check that reads it. The schema must not
-    accept what the check rejects without saying so in the description; e.g. a nullable UUID:
+    "default", which come from the Param) and the check that reads it, which may be stricter
+    than the fragment (say how in the description); e.g. seed 002's nullable UUID:
     `Custom({"type": ["string", "null"], "format": "uuid"}, check_uuid)`."""
 
     fragment: Mapping[str, Any]

@@ -20,6 +20,7 @@ from convmem_engine.tools import (
     INSTRUCTIONS,
     MEMORY_TOOLS,
     Annotations,
+    Custom,
     Integer,
     Param,
     Text,
@@ -210,3 +211,47 @@ def test_an_mcp_server_built_from_a_registry_serves_every_tool(service: MemorySe
             assert json.loads(health.content[0].text)["status"] == "OK"  # type: ignore[union-attr]
 
     anyio.run(scenario)
+
+
+def _check_uuid(value: object, name: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) != 36:
+        raise ValidationError(f"{name}: must be a UUID")
+    return value
+
+
+def test_a_custom_kind_gives_its_schema_and_its_check(service: MemoryService) -> None:
+    """An argument no built-in kind describes (seed 002's nullable UUID): the fragment goes into
+    the schema as given, the check runs after the schema's."""
+    spec = ToolSpec(
+        name="status",
+        title="Status",
+        description="A text tool with a nullable UUID.",
+        params=(
+            Param(
+                "task_id",
+                Custom({"type": ["string", "null"], "format": "uuid"}, _check_uuid),
+                "Task UUID.",
+                required=True,
+            ),
+        ),
+        annotations=Annotations(read_only=True, destructive=False, idempotent=True),
+        handler=lambda _ctx, args: f"task_id: {args['task_id']}",
+        result_style="text",
+    )
+    assert spec.input_schema["properties"]["task_id"] == {
+        "description": "Task UUID.",
+        "type": ["string", "null"],
+        "format": "uuid",
+    }
+    registry = ToolRegistry.for_service(service).with_tools([spec], None)
+    uuid = "2a8105cc-84f9-4d37-a5bd-e48e04654eb7"
+    assert registry.call("status", {"task_id": uuid}) == f"task_id: {uuid}"
+    assert registry.call("status", {"task_id": None}) == "task_id: None"
+    with pytest.raises(ValidationError) as caught:
+        registry.call("status", {"task_id": 5})
+    assert caught.value.message == "task_id: must be a string or null"
+    with pytest.raises(ValidationError) as caught:
+        registry.call("status", {"task_id": "x"})
+    assert caught.value.message == "task_id: must be a UUID"
