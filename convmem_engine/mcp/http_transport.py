@@ -360,6 +360,11 @@ class HttpListener:
                         "stop the program using it or choose another port",
                         port,
                     ) from None
+                if sys.platform == "win32" and error.errno in {errno.EACCES, 10013}:
+                    # WSAEACCES: another socket holds it exclusively, or Windows reserved it.
+                    raise HttpBindError(
+                        f"port {port} is in use or reserved on {host}; choose another port", port
+                    ) from None
                 raise HttpBindError(
                     f"cannot listen on {host} port {port}: {error.strerror or error}", port
                 ) from None
