@@ -182,9 +182,6 @@ class HostsPage(QWidget):
             self.openRequested.emit(data[0], data[1])
 
 
-def connected_summary(clients: list[ClientInfo]) -> str:
-    """For the tray tooltip and the status line: who is connected."""
-    if not clients:
-        return "no host connected"
-    names = sorted({client_label(c) for c in clients})
-    return f"{len(clients)} connected: " + ", ".join(names)
+def client_names(clients: list[ClientInfo]) -> list[str]:
+    """For the tray's status line and tooltip: who is connected (each name once)."""
+    return sorted({client_label(c) for c in clients})

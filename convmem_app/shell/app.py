@@ -64,7 +64,10 @@ from convmem_engine.mcp.http_token import TokenError
 from convmem_engine.runtime import ListenerError, Runtime, RuntimeHealth, RuntimeState
 
 if TYPE_CHECKING:
+    from convmem_app.backup_schedule import BackupScheduler
     from convmem_app.browser import MemoryBrowser
+    from convmem_app.browser.portability import Portability
+    from convmem_engine.runtime.activity import ActivityLog
     from convmem_engine.service import MemoryService
 
 log = logging.getLogger(__name__)
@@ -207,6 +210,11 @@ class ConvMemApp(QObject):
         self.runtime: Runtime | None = None
         self.bridge: PipeBridge | None = None
         self.window: MemoryBrowser | None = None
+        # issue 16: the browser's import/export/backup/hosts additions, the automatic backups
+        # and the activity feed (who changed what), made when the runtime runs
+        self.portability: Portability | None = None
+        self.backups: BackupScheduler | None = None
+        self.activity: ActivityLog | None = None
         self.error_window: StartupErrorWindow | None = None
         self.last_problem_code = ""
         self._unsubscribe: list[Callable[[], None]] = []
@@ -306,6 +314,7 @@ class ConvMemApp(QObject):
             runtime.service.subscribe(lambda _event: self._storeChanged.emit()),
             runtime.clients.subscribe(self._clientsChanged.emit),
         ]
+        self._start_portability(runtime)
         if self.error_window is not None:
             self.error_window.hide()
         self.tray.set_engine_ready(True)
@@ -381,11 +390,26 @@ class ConvMemApp(QObject):
         runtime = self.runtime
         return runtime.clients.count() if runtime is not None else 0
 
+    def _start_portability(self, runtime: Runtime) -> None:
+        """The activity feed and the automatic backups (they only read the store)."""
+        from convmem_app.backup_schedule import BackupScheduler
+        from convmem_engine.runtime.activity import ActivityLog
+
+        self.activity = ActivityLog(runtime.service, runtime.clients)
+        self._unsubscribe.append(self.activity.close)
+        if self.backups is None:
+            self.backups = BackupScheduler(str(self.data_dir), self.settings, self)
+        self.backups.start()
+
     def _on_clients(self) -> None:
         if self._quitting:
             return
         count = self.host_count
-        self.tray.set_hosts(count)
+        from convmem_app.browser.hosts_page import client_names
+
+        runtime = self.runtime
+        names = client_names(runtime.clients.clients()) if runtime is not None else []
+        self.tray.set_hosts(count, names)
         self.hostsChanged.emit(count)
 
     def show_window(self) -> None:
@@ -399,9 +423,18 @@ class ConvMemApp(QObject):
             return
         if self.window is None:
             from convmem_app.browser import MemoryBrowser  # Qt models and views: load on demand
+            from convmem_app.browser.portability import Portability
 
-            self.window = MemoryBrowser(service, settings=self.settings, runtime=self.runtime)
+            runtime = self.runtime
+            self.window = MemoryBrowser(service, settings=self.settings, runtime=runtime)
             self.window.setWindowIcon(app_icon())
+            self.portability = Portability(
+                self.window,
+                data_dir=self.data_dir,
+                scheduler=self.backups,
+                clients=runtime.clients.clients if runtime is not None else None,
+                activity=self.activity,
+            )
             if not self.has_tray:
                 self.window.menuBar().addMenu(self.tray.menu)
                 self.window.installEventFilter(_CloseWatcher(self.quit, self.window))
@@ -533,6 +566,10 @@ class ConvMemApp(QObject):
         for unsubscribe in self._unsubscribe:
             unsubscribe()
         self._unsubscribe = []
+        if self.backups is not None:
+            self.backups.stop()  # a running backup ends first (it only reads the store)
+        if self.portability is not None:
+            self.portability.stop()
         if self.window is not None:
             self.window.hide()
             if not self.window.shutdown():  # background reads end before the service closes
@@ -572,6 +609,7 @@ class ConvMemApp(QObject):
             self.window.close()
             self.window.deleteLater()
             self.window = None
+            self.portability = None
         self.tray.hide()
         self._set_state(AppState.STOPPED)
         self.finished.emit(self.exit_code)

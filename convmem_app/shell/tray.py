@@ -3,6 +3,7 @@ emits a signal per menu action; `convmem_app.shell.app` wires both ends."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
@@ -82,6 +83,7 @@ class Tray(QObject):
         self.icon.activated.connect(self._on_activated)
         self._health = "Starting…"
         self._hosts = 0
+        self._host_names: tuple[str, ...] = ()
 
     @staticmethod
     def available() -> bool:
@@ -108,8 +110,10 @@ class Tray(QObject):
         self._health = status
         self._refresh()
 
-    def set_hosts(self, count: int) -> None:
+    def set_hosts(self, count: int, names: Sequence[str] = ()) -> None:
+        """How many hosts are connected, and who (named in the tooltip)."""
         self._hosts = count
+        self._host_names = tuple(names)
         self._refresh()
 
     def set_text(self, text: str) -> None:
@@ -126,6 +130,8 @@ class Tray(QObject):
         if not self._health:
             return
         text = f"{self._health} · {host_count_text(self._hosts)}"
+        if self._hosts and self._host_names:
+            text += f" ({', '.join(self._host_names)})"
         self.status_action.setText(text)
         self.icon.setToolTip(f"ConvMem — {text}")
 

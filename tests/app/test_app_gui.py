@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from app_helpers import ROOT, child_env, initialize_request, lines
+from app_helpers import ROOT, child_env, initialize_request, lines, write_call
 from app_helpers import raw_shim as raw_pipe_shim
 from PySide6.QtCore import QSettings
 from PySide6.QtGui import QGuiApplication
@@ -126,13 +126,14 @@ def test_status_line_follows_hosts(qtbot: QtBot, make_app: MakeApp) -> None:
     app = started(qtbot, make_app())
     status = app.tray.status_action
     first = raw_shim(app.data_dir)
-    qtbot.waitUntil(lambda: status.text() == "OK · 1 host connected", timeout=30_000)
+    qtbot.waitUntil(lambda: status.text() == "OK · 1 host connected (gui-test 0)", timeout=30_000)
     second = raw_shim(app.data_dir)
-    qtbot.waitUntil(lambda: status.text() == "OK · 2 hosts connected", timeout=30_000)
+    qtbot.waitUntil(lambda: status.text() == "OK · 2 hosts connected (gui-test 0)", timeout=30_000)
     assert app.host_count == 2
+    assert app.tray.icon.toolTip() == "ConvMem — OK · 2 hosts connected (gui-test 0)"
     assert first.stdin is not None
     first.stdin.close()  # a host that ends its session
-    qtbot.waitUntil(lambda: status.text() == "OK · 1 host connected", timeout=30_000)
+    qtbot.waitUntil(lambda: status.text() == "OK · 1 host connected (gui-test 0)", timeout=30_000)
     second.kill()  # a host that dies
     qtbot.waitUntil(lambda: status.text() == "OK · 0 hosts connected", timeout=30_000)
     assert first.wait(30) == 0
@@ -325,3 +326,33 @@ def test_a_failure_escaping_a_worker_is_logged(
         app._call_in_worker(escapes, app.rebuildFinished)
         qtbot.waitUntil(lambda: "background work failed: SystemExit" in caplog.text)
     assert "escapes" in caplog.text  # the frames are there
+
+
+def test_the_browser_welcomes_then_shows_the_connected_host_and_its_writes(
+    qtbot: QtBot, make_app: MakeApp
+) -> None:
+    app = started(qtbot, make_app())
+    app.show_window()
+    portability = app.portability
+    assert portability is not None and app.window is not None
+    qtbot.waitUntil(lambda: portability.showing_welcome, timeout=30_000)
+    assert app.backups is not None and not app.backups.busy  # first check a minute after start
+    shim = raw_shim(app.data_dir)
+    assert shim.stdin is not None and shim.stdout is not None
+    shim.stdin.write(lines({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+    shim.stdin.write(lines(write_call(2, "trip", "remember the tram")))
+    shim.stdin.flush()
+    hosts = portability.hosts_page
+    app.window.tabs.setCurrentWidget(hosts)
+    qtbot.waitUntil(
+        lambda: hosts.table.rowCount() == 1 and hosts.table.item(0, 0).text() == "gui-test 0",
+        timeout=30_000,
+    )
+    qtbot.waitUntil(lambda: hosts.feed.count() == 1, timeout=30_000)
+    assert "gui-test 0 wrote" in hosts.feed.item(0).text()
+    qtbot.waitUntil(lambda: not portability.showing_welcome, timeout=30_000)
+    shim.stdin.close()
+    assert shim.wait(30) == 0
+    for stream in (shim.stdout, shim.stderr):
+        if stream is not None:
+            stream.close()
