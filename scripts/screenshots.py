@@ -393,9 +393,9 @@ def portability_scenes(shot: Any, wait: Any, pump: Any) -> None:
         backup.close()
 
         b.tabs.setCurrentIndex(0)
-        b.select_session("trip-planning")
-        wait(lambda: b.history_model.rowCount() == 2 and not b.history_model.loading)
-        b.history_view.selectAll()
+        b.browse.select_session("trip-planning")
+        wait(lambda: b.browse.history_model.rowCount() == 2 and not b.browse.history_model.loading)
+        b.browse.history_view.selectAll()
         bulk = p.open_bulk()
         assert bulk is not None
         bulk.tier.setCurrentText("long")

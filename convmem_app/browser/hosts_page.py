@@ -3,7 +3,7 @@
 Connected clients (name and version from the MCP handshake, transport, since when, requests,
 last activity) are polled from the runtime's client registry once a second while the tab is
 shown. The activity feed lists writes, updates and deletes as they happen, newest first, with
-the client that made them (convmem_engine.runtime.activity); activating an entry opens the
+the client that made them (convmem_engine.runtime.activity); clicking an entry opens the
 message. No content is shown or kept here: ids, kinds, times and names only.
 """
 
@@ -84,13 +84,13 @@ class HostsPage(QWidget):
         self.empty_clients = QLabel("No host is connected right now.")
         self.feed = QListWidget()
         self.feed.setObjectName("activityFeed")
-        self.feed.itemActivated.connect(self._open)
-        self.feed.itemDoubleClicked.connect(self._open)
+        self.feed.itemActivated.connect(self._open)  # Enter
+        self.feed.itemClicked.connect(self._open)  # one click from the message
         clients_box = QGroupBox("Connected now")
         cb = QVBoxLayout(clients_box)
         cb.addWidget(self.empty_clients)
         cb.addWidget(self.table)
-        feed_box = QGroupBox("Activity (newest first; double-click to open the message)")
+        feed_box = QGroupBox("Activity (newest first; click an entry to open its message)")
         fb = QVBoxLayout(feed_box)
         fb.addWidget(self.feed)
         setup_box = QGroupBox("Connect a host")

@@ -228,7 +228,7 @@ def test_hosts_tab_shows_the_activity_and_opens_a_message(
     item = p.hosts_page.feed.item(0)
     assert f"this app wrote {msg['message_id']} in s" in item.text()
     with qtbot.waitSignal(b.messageOpened, timeout=10_000):
-        p.hosts_page.feed.itemDoubleClicked.emit(item)
+        p.hosts_page.feed.itemClicked.emit(item)
     assert b.browse.current_message() is not None
     p.stop()
     feed.close()
