@@ -21,7 +21,6 @@ from urllib.parse import urlsplit
 import yaml
 
 from convmem_engine.agent import files
-from convmem_engine.mcp.line_transport import MAX_LINE_BYTES
 
 CONFIG_FILE: Final = "agent.yaml"
 DEFAULT_OLLAMA_HOST: Final = "http://127.0.0.1:11434"
@@ -104,14 +103,15 @@ def normalize_ollama_host(value: str) -> str:
     return f"{scheme}://{shown}:{port}" + (f"/{path}" if path else "")
 
 
-def transport_line_limit(config: AgentConfig) -> int:
-    """The smallest message (line or HTTP body) limit that admits an `agent_run` request with
-    the configured maximum images: base64 grows 4/3 (plus padding per image), plus room for
-    the request text and the envelope. Never below the limit the memory tools need."""
+def agent_request_bytes(config: AgentConfig) -> int:
+    """The largest `agent_run` request the configuration admits, in bytes on the wire: the
+    configured maximum images in base64 (4/3 of the decoded bytes, plus padding per image) plus
+    room for the request text and the JSON-RPC envelope. Transports take the larger of this
+    and their own limit (`convmem_engine.mcp.agent_tools.transport_line_limit`)."""
     limits = config.images
     total = min(limits.max_bytes_total, limits.max_count * limits.max_bytes_each)
     encoded = 4 * math.ceil(total / 3) + 4 * limits.max_count
-    return max(MAX_LINE_BYTES, encoded + _AGENT_REQUEST_SLACK_BYTES)
+    return encoded + _AGENT_REQUEST_SLACK_BYTES
 
 
 # -- reading -------------------------------------------------------------------------------

@@ -1,10 +1,9 @@
 """The agent queue as a part of a running data dir (`convmem serve`, the app's runtime).
 
 `AgentPart.start(...)` reads `agent.yaml` (an `AgentConfigError` names the broken key) and
-starts the queue on the open `MemoryService`; `attach(server)` adds `agent_run`,
-`agent_status` and the Tasks extension to an MCP server; `line_limit()` is the transport
-message limit the configuration needs; `stop()` ends the running task as interrupted by
-shutdown and keeps queued tasks for the next start.
+starts the queue on the open `MemoryService`; `stop()` ends the running task as interrupted by
+shutdown and keeps queued tasks for the next start. The MCP side
+(`convmem_engine.mcp.agent_tools.attach_agent`, `transport_line_limit`) is one floor up.
 """
 
 from __future__ import annotations
@@ -12,13 +11,10 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from convmem_engine.agent.config import load_config, transport_line_limit
-from convmem_engine.agent.mcp_tools import attach_agent
+from convmem_engine.agent.config import load_config
 from convmem_engine.agent.service import AgentService
 
 if TYPE_CHECKING:
-    from mcp.server import Server
-
     from convmem_engine.service import MemoryService
 
 
@@ -33,14 +29,6 @@ class AgentPart:
         agent.start()
         self.agent = agent
         return agent
-
-    def attach(self, server: Server[Any]) -> None:
-        assert self.agent is not None
-        attach_agent(server, self.agent)
-
-    def line_limit(self) -> int:
-        assert self.agent is not None
-        return transport_line_limit(self.agent.config)
 
     def stop(self) -> None:
         if self.agent is not None:

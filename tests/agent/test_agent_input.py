@@ -18,9 +18,9 @@ from convmem_engine.agent.config import (
     ImageLimits,
     normalize_ollama_host,
     parse_config,
-    transport_line_limit,
 )
 from convmem_engine.agent.validation import AGENT_RUN_SCHEMA, AGENT_STATUS_SCHEMA
+from convmem_engine.mcp.agent_tools import transport_line_limit
 from tests.agent.conftest import AgentFactory
 
 PNG = base64.b64encode(b"\x89PNG" + b"x" * 60).decode()

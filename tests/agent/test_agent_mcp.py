@@ -23,8 +23,8 @@ from pydantic import Field, TypeAdapter
 
 from convmem_engine.agent import AgentConfig, AgentService, save_config
 from convmem_engine.agent.config import ImageLimits
-from convmem_engine.agent.mcp_tools import TASKS_EXTENSION, attach_agent
 from convmem_engine.mcp import build_server
+from convmem_engine.mcp.agent_tools import TASKS_EXTENSION, attach_agent
 from convmem_engine.service import MemoryService
 from tests.agent.agent_helpers import status_lines
 from tests.agent.fake_ollama import FakeOllama, Reply

@@ -41,6 +41,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
+from convmem_engine.agent.config import AgentConfig, agent_request_bytes
 from convmem_engine.agent.texts import queued_text
 from convmem_engine.agent.validation import (
     AGENT_RUN_SCHEMA,
@@ -48,6 +49,7 @@ from convmem_engine.agent.validation import (
     AgentInputError,
     is_uuid,
 )
+from convmem_engine.mcp.line_transport import MAX_LINE_BYTES
 
 if TYPE_CHECKING:
     from convmem_engine.agent.service import AgentService
@@ -94,6 +96,13 @@ AGENT_TOOLS: Final = {
     AGENT_RUN_TOOL.name: AGENT_RUN_TOOL,
     AGENT_STATUS_TOOL.name: AGENT_STATUS_TOOL,
 }
+
+
+def transport_line_limit(config: AgentConfig) -> int:
+    """The message (line or HTTP body) limit a transport serving the agent tools must use: the
+    memory tools' own limit, raised to admit an `agent_run` with the configured maximum
+    images (base64 grows 4/3)."""
+    return max(MAX_LINE_BYTES, agent_request_bytes(config))
 
 
 def _text_result(text: str, *, is_error: bool = False) -> types.CallToolResult:
