@@ -24,6 +24,10 @@ class AgentPart:
     def __init__(self) -> None:
         self.agent: AgentService | None = None
 
+    def start(self, runtime: Any) -> None:
+        """The runtime's `Part` seam: start the queue on the runtime's open service."""
+        self.start_on(runtime.data_dir, runtime.service)
+
     def start_on(self, data_dir: str | os.PathLike[str], service: MemoryService) -> AgentService:
         agent = AgentService(data_dir, service, load_config(data_dir))
         agent.start()

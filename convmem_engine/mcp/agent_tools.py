@@ -101,7 +101,10 @@ AGENT_TOOLS: Final = {
 def transport_line_limit(config: AgentConfig) -> int:
     """The message (line or HTTP body) limit a transport serving the agent tools must use: the
     memory tools' own limit, raised to admit an `agent_run` with the configured maximum
-    images (base64 grows 4/3)."""
+    images (base64 grows 4/3). With the agent disabled its tools cannot be called, so the
+    memory tools' limit stands."""
+    if not config.enabled:
+        return MAX_LINE_BYTES
     return max(MAX_LINE_BYTES, agent_request_bytes(config))
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from convmem_engine.mcp.line_transport import ReadChunk, Send, serve_chunks
+from convmem_engine.mcp.line_transport import MAX_LINE_BYTES, ReadChunk, Send, serve_chunks
 from convmem_engine.runtime.activity import CURRENT_CLIENT
 from convmem_engine.runtime.clients import ClientInfo, ClientRegistry
 from convmem_engine.runtime.engine_thread import EngineThread
@@ -166,6 +166,8 @@ class Runtime:
         self._stopped: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._stop_thread: threading.Thread | None = None
         self._listeners_stopped = False
+        # The longest line a session accepts; a part may raise it (the agent: images).
+        self.max_line_bytes = MAX_LINE_BYTES
 
     # ---- state ----------------------------------------------------------------------------
 
@@ -293,7 +295,13 @@ class Runtime:
         # the session's tool calls (and the change events they publish) know their client
         token = CURRENT_CLIENT.set(handle.client_id)
         try:
-            await serve_chunks(self.server, read_chunk, send, on_request=handle.observe)
+            await serve_chunks(
+                self.server,
+                read_chunk,
+                send,
+                on_request=handle.observe,
+                max_line_bytes=self.max_line_bytes,
+            )
         finally:
             CURRENT_CLIENT.reset(token)
             handle.close()

@@ -33,8 +33,11 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
 
+from convmem_engine.agent import AgentConfigError
+from convmem_engine.agent.part import AgentPart
+from convmem_engine.agent.store import AgentStoreError
 from convmem_engine.domain.errors import BusyError, ConvMemError
 from convmem_engine.runtime.http_listener import (
     HttpOptions,
@@ -42,9 +45,16 @@ from convmem_engine.runtime.http_listener import (
     http_options,
     start_http,
 )
+from convmem_engine.mcp.agent_tools import attach_agent, transport_line_limit
+from convmem_engine.mcp.server import build_server
 from convmem_engine.runtime.logs import configure_logging
 from convmem_engine.runtime.runtime import Runtime
 from convmem_engine.runtime.stdio_listener import StdioListener, private_stdout
+
+if TYPE_CHECKING:
+    from mcp.server import Server
+
+    from convmem_engine.service import MemoryService
 
 logger = logging.getLogger(__name__)
 
@@ -113,17 +123,37 @@ def _counting_stop_signals() -> Iterator[list[int]]:
             signal.signal(sig, old)
 
 
+def agent_runtime(data_dir: Path) -> tuple[Runtime, AgentPart]:
+    """A runtime whose parts include the memory agent's queue (`agent.yaml`), whose MCP server
+    carries `agent_run`/`agent_status` and the Tasks extension, and whose sessions admit an
+    `agent_run` with the configured maximum images."""
+    part = AgentPart()
+
+    def build(service: MemoryService) -> Server[Any]:
+        server = build_server(service)
+        assert part.agent is not None  # parts start before the server is built
+        attach_agent(server, part.agent)
+        runtime.max_line_bytes = transport_line_limit(part.agent.config)
+        return server
+
+    runtime = Runtime(data_dir, parts=[part], build_server=build)
+    return runtime, part
+
+
 def serve(data_dir: Path, http: HttpOptions | None = None) -> int:
     """Serve MCP on stdin/stdout (and over HTTP with `http`) for the store in `data_dir` until
     EOF or a stop signal (only a stop signal with `http.no_stdio`)."""
     with private_stdout() as out_fd:  # from here on, a stray print lands on stderr
-        runtime = Runtime(data_dir)
+        runtime, _agent = agent_runtime(data_dir)
         try:
             runtime.open()
         except ConvMemError as error:
             status = EXIT_BUSY if isinstance(error, BusyError) else EXIT_ERROR
             print(f"convmem serve: {error.code}: {data_dir}: {error.message}", file=sys.stderr)
             return status
+        except (AgentConfigError, AgentStoreError, OSError) as error:
+            print(f"convmem serve: agent: {error}", file=sys.stderr)
+            return EXIT_ERROR
         over = "HTTP" if http is not None and http.no_stdio else "stdio"
         logger.info("serving %s over %s (pid %d)", data_dir, over, os.getpid())
         if sys.stdin.isatty() and (http is None or not http.no_stdio):

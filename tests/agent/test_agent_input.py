@@ -21,6 +21,7 @@ from convmem_engine.agent.config import (
 )
 from convmem_engine.agent.validation import AGENT_RUN_SCHEMA, AGENT_STATUS_SCHEMA
 from convmem_engine.mcp.agent_tools import transport_line_limit
+from convmem_engine.mcp.line_transport import MAX_LINE_BYTES
 from tests.agent.conftest import AgentFactory
 
 PNG = base64.b64encode(b"\x89PNG" + b"x" * 60).decode()
@@ -241,10 +242,10 @@ def test_ollama_host_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_transport_limit_admits_the_configured_maximum_images() -> None:
-    default = transport_line_limit(AgentConfig())
+    assert transport_line_limit(AgentConfig()) == MAX_LINE_BYTES  # disabled: unchanged
+    default = transport_line_limit(AgentConfig(enabled=True))
     assert default >= 4 * (20 * 1024 * 1024) // 3 + 16
-    big = AgentConfig(images=ImageLimits(8, 30 * 1024 * 1024, 100 * 1024 * 1024))
+    big = AgentConfig(enabled=True, images=ImageLimits(8, 30 * 1024 * 1024, 100 * 1024 * 1024))
     assert transport_line_limit(big) >= 4 * (100 * 1024 * 1024) // 3
-    from convmem_engine.mcp.line_transport import MAX_LINE_BYTES
-
-    assert transport_line_limit(AgentConfig(images=ImageLimits(0, 1, 1))) == MAX_LINE_BYTES
+    tiny = AgentConfig(enabled=True, images=ImageLimits(0, 1, 1))
+    assert transport_line_limit(tiny) == MAX_LINE_BYTES

@@ -373,3 +373,28 @@ async def test_several_clients_share_one_queue_with_one_active_task(
     order = [t.task_id for t in sorted(agent.tasks(), key=lambda t: t.seq)]
     planned = [c["messages"][-1]["content"] for c in fake_ollama.chats if not c.get("tools")]
     assert planned == [agent.get(tid).request for tid in order]  # type: ignore[union-attr]
+
+
+async def test_the_line_limit_admits_the_configured_maximum_images(
+    tmp_path: Path, fake_ollama: FakeOllama
+) -> None:
+    """Two 6 MiB images are 16 MiB of base64: over the memory tools' 13 MiB line limit, within
+    the limit derived from agent.yaml (20 MiB of images)."""
+    import base64
+
+    from convmem_engine.mcp.line_transport import MAX_LINE_BYTES
+
+    image = base64.b64encode(b"\x89PNG" + b"\0" * (6 * 1024 * 1024 - 4)).decode()
+    images = [{"mime_type": "image/png", "data_base64": image}] * 2
+    assert 2 * len(image) > MAX_LINE_BYTES
+    fake_ollama.models["memo:latest"] = ["completion", "tools", "vision"]
+    data = tmp_path / "data"
+    write_config(data, fake_ollama)
+    async with Client(stdio_client(serve_params(data)), mode="legacy") as client:  # type: ignore[arg-type]
+        result = await client.call_tool("agent_run", {"request": "look", "images": images})
+        assert result.is_error is False, text_of(result)
+        fields = status_lines(text_of(result))
+        done = await wait_status(client, fields["task_id"], "completed", "failed")
+        assert done["status"] == "completed", done
+    sent = [m for m in fake_ollama.chats[0]["messages"] if m["role"] == "user"][-1]
+    assert sent["images"] == [image, image]
