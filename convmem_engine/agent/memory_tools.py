@@ -1,5 +1,6 @@
-"""The memory operations as the model's tools: the MCP tools' names, schemas and validation,
-called in process (no network hop), every mutating call written to the audit journal.
+"""The memory operations as the model's tools: the MCP tools' names, schemas and validation
+(the same `ToolRegistry` the MCP server serves), called in process (no network hop), every
+mutating call written to the audit journal.
 
 `delete_message` and `rebuild_index` are offered only when the configuration allows them; a
 call to a tool that was not offered is answered as an error, never run.
@@ -7,16 +8,14 @@ call to a tool that was not offered is answered as an error, never run.
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Mapping
 from typing import Any, Final
 
 from convmem_engine.agent.store import AgentStore, AuditRecord, now_iso
 from convmem_engine.domain.errors import ConvMemError, InternalError, ValidationError
-from convmem_engine.mcp.envelope import validate_arguments
-from convmem_engine.mcp.schemas import TOOLS, TOOLS_BY_NAME
 from convmem_engine.service import MemoryService, result_json
+from convmem_engine.tools import MEMORY_TOOLS, ToolRegistry
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +25,7 @@ GUARDED: Final = {"delete_message": "allow_delete", "rebuild_index": "allow_rebu
 
 def offered_tool_names(*, allow_delete: bool, allow_rebuild: bool) -> list[str]:
     allowed = {"delete_message": allow_delete, "rebuild_index": allow_rebuild}
-    return [tool.name for tool in TOOLS if allowed.get(tool.name, True)]
+    return [tool.name for tool in MEMORY_TOOLS if allowed.get(tool.name, True)]
 
 
 class MemoryTools:
@@ -39,6 +38,7 @@ class MemoryTools:
         allow_rebuild: bool,
     ) -> None:
         self._service = service
+        self._registry = ToolRegistry.for_service(service)
         self._store = store
         self.names = offered_tool_names(allow_delete=allow_delete, allow_rebuild=allow_rebuild)
 
@@ -46,7 +46,8 @@ class MemoryTools:
         """The offered tools in Ollama's `tools` shape (the MCP input schemas unchanged)."""
         out = []
         for name in self.names:
-            tool = TOOLS_BY_NAME[name]
+            tool = self._registry.get(name)
+            assert tool is not None
             out.append(
                 {
                     "type": "function",
@@ -61,19 +62,16 @@ class MemoryTools:
 
     def call(self, task_id: str, name: str, arguments: Mapping[str, Any]) -> tuple[str, bool]:
         """Run one tool call; returns (result JSON text, is_error) exactly as MCP would."""
-        tool = TOOLS_BY_NAME.get(name)
-        if tool is None or name not in self.names:
+        if name not in self.names or name not in self._registry:
             offered = ", ".join(self.names)
             error = ValidationError(f"unknown tool: name must be one of {offered}")
             return result_json(error.to_json()), True
         args = dict(arguments)
         before: int | None = None
         try:
-            validate_arguments(tool, args)
             if name == "delete_message":
                 before = self._revision(args.get("message_id"))
-            method = getattr(self._service, tool.method)
-            result = functools.partial(method, **args)()
+            result = self._registry.call(name, args)
         except ConvMemError as exc:
             self._audit(task_id, name, args, None, before, ok=False)
             return result_json(exc.to_json()), True
