@@ -39,14 +39,14 @@ from convmem_engine.agent import AgentConfigError
 from convmem_engine.agent.part import AgentPart
 from convmem_engine.agent.store import AgentStoreError
 from convmem_engine.domain.errors import BusyError, ConvMemError
+from convmem_engine.mcp.agent_tools import attach_agent, transport_line_limit
+from convmem_engine.mcp.server import build_server
 from convmem_engine.runtime.http_listener import (
     HttpOptions,
     add_http_arguments,
     http_options,
     start_http,
 )
-from convmem_engine.mcp.agent_tools import attach_agent, transport_line_limit
-from convmem_engine.mcp.server import build_server
 from convmem_engine.runtime.logs import configure_logging
 from convmem_engine.runtime.runtime import Runtime
 from convmem_engine.runtime.stdio_listener import StdioListener, private_stdout
