@@ -25,7 +25,6 @@ from convmem_engine.mcp.http_config import (
     HttpBindError,
     HttpConfig,
     is_loopback,
-    max_body_bytes,
 )
 from convmem_engine.mcp.http_token import ENV_VAR, TOKEN_FILE_NAME, HttpToken, TokenError
 from convmem_engine.runtime.runtime import ListenerError
@@ -141,8 +140,6 @@ def start_http(runtime: Runtime, options: HttpOptions) -> bool:
             port=options.port,
             hosts=options.hosts,
             allow_non_loopback=options.allow_non_loopback,
-            # The runtime's line limit admits an agent_run with the configured images.
-            body_limit=max(max_body_bytes(), runtime.max_line_bytes),
         )
         token = HttpToken(runtime.data_dir)
         token.value()  # generated and stored now, so a host can be given it at once
