@@ -287,7 +287,9 @@ def _expand(hosts: Sequence[str]) -> list[str]:
 
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto=IPPROTO_TCP: asyncio turns Nagle off (TCP_NODELAY) only on sockets that say TCP; a
+    # proto-0 socket answers every request ~40 ms late (Nagle meets the peer's delayed ACK).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         if sys.platform == "win32":
             # Windows' SO_REUSEADDR would let another process share the port: forbid it.

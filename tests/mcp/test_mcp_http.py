@@ -421,3 +421,10 @@ def test_concurrent_http_clients_lose_nothing(live: LiveHttp) -> None:
         history = live.service.read_messages(session_id=f"w{n}", limit=100)["history"]
         assert [m["content"] for m in history] == [f"{n}-{i}" for i in range(each)]
     assert live.service.check() == []
+
+
+def test_listening_sockets_say_tcp_so_asyncio_turns_nagle_off(live: LiveHttp) -> None:
+    """A proto-0 socket would not get TCP_NODELAY from asyncio and every answer would wait for
+    the client's delayed ACK (~40 ms a request)."""
+    assert live.listener.sockets
+    assert all(sock.proto == socket.IPPROTO_TCP for sock in live.listener.sockets)
