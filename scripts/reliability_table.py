@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
-"""Regenerate docs/reliability.md from the slow suite's own counts.
+"""Regenerate docs/reliability.md from the fault-injecting tests' own counts.
 
-    python scripts/reliability_table.py                    # run `pytest -m slow`, write the doc
-    python scripts/reliability_table.py tests/mcp tests/storage   # only these paths
+    python scripts/reliability_table.py               # run them all (slow ones too), write the doc
+    python scripts/reliability_table.py tests/mcp/test_mcp_fuzz.py   # only these tests
     python scripts/reliability_table.py --log A.jsonl tests/mcp    # keep the counts in A.jsonl
     python scripts/reliability_table.py --from-log A.jsonl --from-log B.jsonl  # doc from logs
 
 Every fault-injecting test appends one JSON line per fault class to the file named by
-CONVMEM_RELIABILITY_LOG (tests/reliability_log.py); this script runs the tests with that
-variable set, sums the lines per fault class and writes the table. A failing test still counts
-what it saw (its line says "failed"), and the doc then says the run failed. Exit status: 0 when
-pytest passed, else pytest's status (the doc is written either way).
+CONVMEM_RELIABILITY_LOG (tests/reliability_log.py); this script runs the test modules that do
+(found by that import), slow tests included, with the variable set, sums the lines per fault
+class and writes the table. A failing test still counts what it saw (its line says "failed"),
+and the doc then says so. Exit status: 0 when pytest passed, else pytest's status (the doc is
+written either way).
 """
 
 from __future__ import annotations
@@ -104,10 +105,10 @@ def render(rows: list[Row], runs: list[dict[str, str]]) -> str:
         "# Reliability",
         "",
         "What ConvMem was put through, and what came of it. Every number below was counted by",
-        "the slow test suite itself while it ran (each fault-injecting test records what it",
-        "tried and what it saw through `tests/reliability_log.py`) and this page was written",
-        "from those counts by `scripts/reliability_table.py`; nothing here is typed by hand",
-        "except the list of what is not modelled.",
+        "the tests themselves while they ran (each fault-injecting test, the long `slow` ones",
+        "included, records what it tried and what it saw through `tests/reliability_log.py`)",
+        "and this page was written from those counts by `scripts/reliability_table.py`; nothing",
+        "here is typed by hand except the list of what is not modelled.",
         "",
         "The promises under test (docs/semantics.md, docs/storage-format.md): a write is on",
         "disk before it is acknowledged; a crash, a kill or a power cut loses nothing that was",
@@ -154,10 +155,11 @@ def render(rows: list[Row], runs: list[dict[str, str]]) -> str:
             for run in runs
         ],
         "",
-        "Regenerate with `python3 scripts/reliability_table.py` (the whole slow suite: minutes,",
-        "not seconds), or part of it: `python3 scripts/reliability_table.py --log A.jsonl",
-        "tests/mcp` keeps the counts, and `--from-log A.jsonl --from-log B.jsonl` writes the",
-        "page from kept logs (the table shows only what those runs counted).",
+        "Regenerate with `python3 scripts/reliability_table.py` (every test module that",
+        "records counts, slow tests included: many minutes). Part of it: `python3",
+        "scripts/reliability_table.py --log A.jsonl tests/mcp` keeps the counts, and",
+        "`--from-log A.jsonl --from-log B.jsonl` writes the page from kept logs (the table then",
+        "shows only what those runs counted).",
         "",
         "## Not modelled",
         "",
@@ -175,9 +177,20 @@ def _python() -> str:
     return sys.executable
 
 
+def recording_modules() -> list[str]:
+    """Every test module that records counts (imports reliability_log), relative to ROOT."""
+    found = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        if path.name != "test_reliability_log.py" and "reliability_log" in path.read_text("utf-8"):
+            found.append(path.relative_to(ROOT).as_posix())
+    return found
+
+
 def run_pytest(paths: list[str], log: Path) -> int:
-    """Run the slow tests with the log variable set; append a "run" line; pytest's status."""
-    command = [_python(), "-m", "pytest", "-m", "slow", "-q", "-p", "no:cacheprovider"]
+    """Run the tests (slow ones included) with the log variable set; append a "run" line;
+    return pytest's status."""
+    marker = "slow or not slow"
+    command = [_python(), "-m", "pytest", "-m", marker, "-q", "-p", "no:cacheprovider"]
     command += paths
     env = dict(os.environ, **{ENV: str(log)})
     print("running:", " ".join(command), flush=True)
@@ -196,7 +209,7 @@ def run_pytest(paths: list[str], log: Path) -> int:
     machine += platform.python_version()
     run = {
         "when": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "python3 -m pytest -m slow" + "".join(" " + p for p in paths),
+        "command": f"python3 -m pytest -m '{marker}' " + " ".join(paths),
         "summary": summary or f"exit status {status}",
         "machine": machine,
     }
@@ -207,7 +220,9 @@ def run_pytest(paths: list[str], log: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("paths", nargs="*", help="test paths (default: the whole slow suite)")
+    parser.add_argument(
+        "paths", nargs="*", help="test paths (default: every test module that records counts)"
+    )
     parser.add_argument(
         "--from-log",
         type=Path,
@@ -224,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="convmem-reliability-") as tmp:
             log = args.log or Path(tmp) / "reliability.jsonl"
             log.touch()
-            status = run_pytest(args.paths, log)
+            status = run_pytest(args.paths or recording_modules(), log)
             rows, runs = read_logs([log])
     if not rows:
         print("no reliability lines were recorded: nothing to write", file=sys.stderr)
