@@ -66,8 +66,15 @@ class RawServe:
 
     def send(self, data: bytes) -> None:
         assert self.proc.stdin is not None
-        self.proc.stdin.write(data)
-        self.proc.stdin.flush()
+        try:
+            self.proc.stdin.write(data)
+            self.proc.stdin.flush()
+        except OSError as exc:  # the server is gone: say how it ended
+            try:
+                status = self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                status = None
+            raise AssertionError(f"cannot write to the server ({exc!r}; exit {status})") from exc
 
     def next_answer(self, timeout: float = ANSWER_TIMEOUT) -> dict[str, Any]:
         """The next line the server writes, parsed (a line that is not JSON fails)."""
