@@ -89,10 +89,10 @@ def read_logs(paths: list[Path]) -> tuple[list[Row], list[dict[str, str]]]:
     return sorted(rows.values(), key=lambda r: r.fault_class.lower()), runs
 
 
-def _result(row: Row) -> str:
+def _result(row: Row, failed_classes: int) -> str:
     problems = [f"{row.counts[k]} {k}" for k in COUNTS if row.counts[k]]
-    if row.failed:
-        problems.append("the test failed")
+    if failed_classes:
+        problems.append(f"a test of {failed_classes} fault class(es) failed (marked above)")
     return "**" + ", ".join(problems) + "**" if problems else "none"
 
 
@@ -141,7 +141,7 @@ def render(rows: list[Row], runs: list[dict[str, str]]) -> str:
     out.append(f"| **All** | **{total.cases:,}** | {counts} | |")
     out += [
         "",
-        f"Problems found: {_result(total)}."
+        f"Problems found: {_result(total, sum(row.failed for row in rows))}."
         + (
             " Some tests failed in these runs (see Runs)."
             if any(w in run["summary"] for run in runs for w in ("failed", "error"))
