@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 import sys
 import unicodedata
+import zlib
 from array import array
 from bisect import bisect_left, insort
 from collections import defaultdict, deque
@@ -320,8 +321,14 @@ def _score(msg: Message, q: _Query) -> float | None:
 
 
 def _signature(msg: Message) -> int:
-    """Hash of the indexed fields; detects a `remove(old)` whose value is not the indexed one."""
-    h = hash((msg.session_id, msg.content, msg.metadata.summary, msg.metadata.tags))
+    """Checksum of the indexed fields (CRC-32 and Adler-32 of their UTF-8, as a signed 64-bit
+    int); detects a `remove(old)` whose value is not the indexed one. The same in every process
+    (unlike `hash`), so a persisted index keeps its signatures (see search_file.py)."""
+    meta = msg.metadata
+    data = "\x1f".join((msg.session_id, msg.content, meta.summary or "", *meta.tags)).encode(
+        "utf-8", "surrogatepass"
+    )
+    h = (zlib.crc32(data) << 32) | zlib.adler32(data)
     return h if h < (1 << 63) else h - (1 << 64)
 
 

@@ -1,8 +1,9 @@
 """The durable store: an append-only CRC32 log, a snapshot, recovery, compaction, the lock.
 
 Files in the data dir: `active.log` (the log), `snapshot.bin` (live state at a log offset),
+`*.idx` (derived files written with a snapshot, e.g. the search index: storage/derived.py),
 `lock` + `lock.pid` (the data-dir lock and its holder), and transiently `active.log.tmp` /
-`snapshot.bin.tmp` during compaction and snapshot writes (removed on open).
+`snapshot.bin.tmp` / `*.idx.tmp` during compaction and snapshot writes (removed on open).
 
 A write is durable when `sync(seq)` returns: every record up to `seq` is fsynced. Concurrent
 callers share fsyncs (leader/follower group commit): one fsync covers every record written
@@ -16,7 +17,7 @@ import os
 import secrets
 import threading
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
@@ -31,6 +32,7 @@ from convmem_engine.domain.errors import (
     ValidationError,
 )
 from convmem_engine.domain.message import DEFAULT_METADATA, Message
+from convmem_engine.storage import derived
 from convmem_engine.storage import snapshot as snap
 from convmem_engine.storage.codec import decode_message, encode_message
 from convmem_engine.storage.fs import FileSystem, IOCounters
@@ -163,6 +165,10 @@ class Store:
         self._snapshot_valid = True
         self._stale_snapshot = False
         self._snapshot_covers = 0  # log offset a same-generation snapshot proves durable
+        # The snapshot loaded at open, and the value at that snapshot of every message the log
+        # tail changed (None: not live then), for derived files written with that snapshot.
+        self._opened_tag: derived.SnapshotTag | None = None
+        self._open_changes: dict[str, Message | None] | None = None
         self._version = FORMAT_VERSION  # of the log being read; older ones are upgraded on open
         self._decode: Callable[[bytes], Message] = decode_message
         self._last_error = ""
@@ -217,6 +223,9 @@ class Store:
                 p = os.path.join(self._dir, name)
                 if fs.exists(p):
                     fs.unlink(p)
+            for name in fs.listdir(self._dir):
+                if name.endswith(derived.SUFFIX + TMP_SUFFIX):
+                    fs.unlink(os.path.join(self._dir, name))
             if not fs.exists(self._log_path):
                 if fs.exists(self._snap_path):
                     raise CorruptStoreError(
@@ -316,6 +325,10 @@ class Store:
             st.end, st.crc, st.last_seq = meta.log_offset, crc, meta.last_sequence
             st.records, st.deleted_records = meta.record_count, meta.deleted_records
             st.update_records, st.live_bytes = meta.update_records, meta.live_bytes
+            self._opened_tag = derived.SnapshotTag(
+                meta.generation, meta.log_offset, meta.log_prefix_crc32, meta.last_sequence
+            )
+            self._open_changes = {}
         else:
             self._messages.clear()
             start, prev_seq, crc = 0, None, 0
@@ -363,6 +376,9 @@ class Store:
             old = msgs.pop(mid, None)
             if old is None:
                 raise corrupt("DEL of a message that is not live")
+            changes = self._open_changes
+            if changes is not None and mid not in changes:
+                changes[mid] = old
             st.live_bytes -= _record_size_of(old)
             st.deleted_records += 1
         else:
@@ -379,6 +395,9 @@ class Store:
                     raise corrupt("UPDATE of a message that is not live")
                 st.live_bytes -= _record_size_of(old)
                 st.update_records += 1
+            changes = self._open_changes
+            if changes is not None and m.message_id not in changes:
+                changes[m.message_id] = old
             msgs[m.message_id] = m
             st.live_bytes += size
         st.last_seq = seq
@@ -697,6 +716,8 @@ class Store:
             self._synced_seq = new.last_seq
             self._snapshot_valid = False
             self._snapshot_at = None
+            # Derived files name the old generation (and may hold content compacted away).
+            self._discard_derived_all()
             self._reopen_log()
             if self._fd >= 0:
                 try:
@@ -836,6 +857,7 @@ class Store:
         disk._messages = {}
         disk._log = _LogState()
         disk._decode = decode_message
+        disk._open_changes = None
         snap_meta: snap.SnapshotMeta | None = None
         snap_state: list[tuple[str, Message]] | None = None
         if fs.exists(self._snap_path):
@@ -902,6 +924,91 @@ class Store:
                 problems.append(f"{SNAPSHOT_NAME}: content differs from {LOG_NAME} at its offset")
         return problems
 
+    # -- derived files ----------------------------------------------------------------------
+
+    def take_open_changes(self) -> dict[str, Message | None] | None:
+        """Once, after open: for each message the log tail changed after the snapshot loaded at
+        open, its value at that snapshot (None: not live then); None when no snapshot was
+        loaded (a full replay). With a derived file from `open_derived`, the changes that
+        bring it from the snapshot's state to the state at open."""
+        changes, self._open_changes = self._open_changes, None
+        return changes
+
+    def open_derived(self, name: str, payload_format: int) -> derived.DerivedReader | None:
+        """The derived file `name` when it was written with the snapshot loaded at open (and
+        in `payload_format`); the caller reads it, calls `finish()` and closes it with
+        `close_derived`. None when there is none, or it belongs to another state (it is then
+        removed: it may describe content deleted since) or cannot be read."""
+        _check_derived_name(name)
+        path = os.path.join(self._dir, name)
+        fs = self._fs
+        try:
+            if not fs.exists(path):
+                return None
+            fd = fs.open_read(path)
+        except OSError:
+            return None
+        try:
+            reader = derived.DerivedReader(fs, fd)
+            if reader.meta.tag != self._opened_tag or reader.meta.payload_format != payload_format:
+                raise derived.DerivedError("written for another state")
+            return reader
+        except (derived.DerivedError, OSError):
+            with contextlib.suppress(OSError):
+                fs.close(fd)
+            self.discard_derived(name)
+            return None
+
+    def close_derived(self, reader: derived.DerivedReader) -> None:
+        with contextlib.suppress(OSError):
+            self._fs.close(reader.fd)
+
+    def discard_derived(self, name: str) -> None:
+        """Remove the derived file `name` (unusable or stale); errors are ignored."""
+        _check_derived_name(name)
+        with self._write_lock:
+            self._discard(os.path.join(self._dir, name))
+
+    def write_derived(
+        self,
+        name: str,
+        payload_format: int,
+        chunks: Callable[[], Iterable[bytes]],
+        *,
+        keep_current: bool = False,
+    ) -> bool:
+        """Write the derived file `name` for the current state: make the log durable, write a
+        snapshot if the log moved on since the last one, then atomically replace the file with
+        `chunks()` tagged with that snapshot. The caller must hold the state still (no writes
+        meanwhile: its own lock). With `keep_current`, a file already tagged with that snapshot
+        is kept as it is. True when written. Raises StoreIOError (the store stays usable; a
+        file that could not be replaced is left as it was, a tag mismatch for the next open)."""
+        _check_derived_name(name)
+        path = os.path.join(self._dir, name)
+        with self._write_lock:
+            self._check_writable()
+            self._sync_all()
+            st = self._log
+            if self._snapshot_at != (st.generation, st.end):
+                self._write_snapshot()
+            tag = derived.SnapshotTag(st.generation, st.end, st.crc, st.last_seq)
+            if keep_current:
+                meta = derived.read_meta(self._fs, path)
+                if meta is not None and meta.tag == tag and meta.payload_format == payload_format:
+                    return False
+            try:
+                derived.write_derived(self._fs, self._dir, name, tag, payload_format, chunks())
+            except OSError as e:
+                raise self._io_error(f"{name}: cannot write", e) from e
+            return True
+
+    def _discard_derived_all(self) -> None:
+        """Remove every derived file (they describe a generation that is gone)."""
+        with contextlib.suppress(OSError):
+            for name in self._fs.listdir(self._dir):
+                if name.endswith(derived.SUFFIX):
+                    self._discard(os.path.join(self._dir, name))
+
     # -- closing --------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -932,6 +1039,11 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_derived_name(name: str) -> None:
+    if os.path.basename(name) != name or not name.endswith(derived.SUFFIX):
+        raise ValueError(f"a derived file's name is a plain name ending in {derived.SUFFIX}")
 
 
 def _prefix_crc(fs: FileSystem, fd: int, length: int) -> int:

@@ -1,0 +1,130 @@
+"""search_file: a SearchIndex encoded and decoded is the same index (every table, every posting
+list) and searches exactly like an index built by adding the same messages; bytes that are
+not a whole index are refused."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import pytest
+
+from convmem_engine.domain.message import Message, Metadata
+from convmem_engine.index import search_file
+from convmem_engine.index.search_index import SearchIndex
+
+WORDS = ["alpha", "beta", "ha", "ing", "日本語", "é", "a", "x", "x_y", "Zeta", "ç", "🙂", "lo"]
+QUERIES = ["alpha", "ha ha", "ing", "a", "x", "日本", "🙂", "zeta beta", "é", "lo ha", "q"]
+
+
+def random_messages(rng: random.Random, n: int) -> dict[str, Message]:
+    out = {}
+    for i in range(n):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(1, 6))]
+        md = Metadata(
+            importance=rng.choice([0, 10, 50, 90]),
+            summary=rng.choice(["", "a", " ".join(rng.sample(WORDS, 2))]),
+            tags=tuple(sorted({rng.choice(WORDS) for _ in range(rng.randint(0, 2))})),
+        )
+        mid = f"m{i:05d}"
+        content = rng.choice([" ", "-", ""]).join(words)
+        out[mid] = Message(mid, f"s{i % 5}", 1000 + i, "user", content, 1, 1000 + i, md)
+    return out
+
+
+def reader(blob: bytes) -> Callable[[int], bytes]:
+    pos = 0
+
+    def read(n: int) -> bytes:
+        nonlocal pos
+        if n < 0 or n > len(blob) - pos:
+            raise ValueError("past the end")
+        pos += n
+        return blob[pos - n : pos]
+
+    return read
+
+
+def state(index: SearchIndex) -> tuple[object, ...]:
+    return (
+        {g: list(p) for g, p in index._post.items()},
+        {g: list(p) for g, p in index._singles.items()},
+        {s: list(p) for s, p in index._sessions.items()},
+        {k: list(p) for k, p in index._lanes.items()},
+        {c: set(s) for c, s in index._char_bigrams.items()},
+        index._ids,
+        index._docs,
+        list(index._sig),
+        list(index._imp),
+        list(index._blk_ts),
+    )
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_decode_of_encode_is_the_same_index(seed: int) -> None:
+    rng = random.Random(seed)
+    messages = random_messages(rng, rng.randint(0, 700))
+    index = SearchIndex()
+    for m in messages.values():
+        index.add(m)
+    # Removals and replacements leave holes and moved documents behind.
+    for mid in rng.sample(sorted(messages), len(messages) // 4):
+        if rng.random() < 0.5:
+            index.remove(messages.pop(mid))
+        else:
+            old = messages[mid]
+            new = random_messages(rng, 1)["m00000"]
+            new = Message(
+                mid, new.session_id, old.timestamp, "user", new.content, 2, 9, new.metadata
+            )
+            index.replace(old, new)
+            messages[mid] = new
+    blob = b"".join(search_file.encode(index))
+    loaded = search_file.decode(
+        reader(blob), lambda s: messages[s].message_id if s in messages else None
+    )
+    assert state(loaded) == state(index)
+    assert loaded.check(messages) == []
+    rebuilt = SearchIndex()
+    for m in messages.values():
+        rebuilt.add(m)
+    for q in QUERIES:
+        for kw in ({}, {"session_id": "s1"}, {"min_importance": 50}):
+            want = rebuilt.search(q, messages, limit=12, **kw)  # type: ignore[arg-type]
+            assert loaded.search(q, messages, limit=12, **kw) == want  # type: ignore[arg-type]
+    # The loaded index keeps working: more changes, same as the original.
+    extra = random_messages(random.Random(seed + 100), 3)
+    for i, m in enumerate(extra.values()):
+        m = Message(f"new{i}", m.session_id, 5000 + i, "user", m.content, 1, 5000 + i, m.metadata)
+        index.add(m)
+        loaded.add(m)
+    assert state(loaded) == state(index)
+
+
+def test_truncated_or_unknown_bytes_are_refused() -> None:
+    rng = random.Random(5)
+    messages = random_messages(rng, 200)
+    index = SearchIndex()
+    for m in messages.values():
+        index.add(m)
+    blob = b"".join(search_file.encode(index))
+
+    def resolve(s: str) -> str | None:
+        return messages[s].message_id if s in messages else None
+
+    for cut in [0, 10, len(blob) // 3, len(blob) - 1]:
+        with pytest.raises(ValueError):
+            search_file.decode(reader(blob[:cut]), resolve)
+    with pytest.raises(ValueError):  # another store: the ids are not its messages
+        search_file.decode(reader(blob), lambda s: None)
+    other = bytearray(blob)
+    other[0] = search_file.FORMAT + 1
+    with pytest.raises(ValueError):
+        search_file.decode(reader(bytes(other)), resolve)
+
+
+def test_an_id_with_a_line_feed_is_not_encoded() -> None:
+    index = SearchIndex()
+    index.add(Message("a\nb", "s", 1, "user", "hello", 1, 1))
+    with pytest.raises(ValueError):
+        b"".join(search_file.encode(index))
