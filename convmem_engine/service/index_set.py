@@ -101,8 +101,16 @@ class IndexSet:
 
     # -- building ----------------------------------------------------------------------------
 
-    def build(self, messages: Mapping[str, Message], *, background: bool) -> None:
-        """Build every index from the live messages (write lock held, or not yet shared)."""
+    def build(
+        self,
+        messages: Mapping[str, Message],
+        *,
+        background: bool,
+        saved: Callable[[], SearchIndex | None] | None = None,
+    ) -> None:
+        """Build every index from the live messages (write lock held, or not yet shared).
+        `saved` (at open): loads the search index of exactly these messages from disk, or
+        gives None (then it is built by adding them; see search_persist.py)."""
         self._accounting = None
         self._accounting_ready.clear()
         self.history.build(messages.values())
@@ -114,30 +122,41 @@ class IndexSet:
             self._search_pending = []
             self._search_thread = threading.Thread(
                 target=self._build_search,
-                args=(self.search_index, list(messages.values())),
+                args=(self.search_index, list(messages.values()), saved),
                 name="convmem-search-build",
                 daemon=True,
             )
             self._search_thread.start()
         else:
             self._install_accounting(_account(messages.values()), [])
-            for msg in messages.values():
-                self.search_index.add(msg)
+            loaded = saved() if saved is not None else None
+            if loaded is not None:
+                self.search_index = loaded
+            else:
+                for msg in messages.values():
+                    self.search_index.add(msg)
             self._search_pending = None
             self._search_ready.set()
             if len(messages) >= BACKGROUND_SEARCH_FROM:
                 _freeze_heap()
 
-    def _build_search(self, index: SearchIndex, messages: list[Message]) -> None:
-        """Background thread: index the messages live at open, then (holding the write lock)
-        the changes queued since, and declare the index ready."""
+    def _build_search(
+        self,
+        index: SearchIndex,
+        messages: list[Message],
+        saved: Callable[[], SearchIndex | None] | None = None,
+    ) -> None:
+        """Background thread: load (`saved`) or index the messages live at open, then (holding
+        the write lock) the changes queued since, and declare the index ready."""
         error = ""
+        loaded: SearchIndex | None = None
         try:
             accounting = _account(messages)
             with self._lock.write():
                 if index is self.search_index:
                     self._install_accounting(accounting, self._search_pending or [])
-            for msg in messages:
+            loaded = saved() if saved is not None else None
+            for msg in messages if loaded is None else ():
                 if self._search_cancel:
                     break
                 index.add(msg)
@@ -150,6 +169,8 @@ class IndexSet:
                 # Replaced meanwhile (the indexes were rebuilt after a failed update): the
                 # new index is complete and ready; this one is dropped.
                 return
+            if loaded is not None:
+                index = self.search_index = loaded
             pending = self._search_pending or []
             self._search_pending = None
             if not error and not self._search_cancel:
@@ -271,6 +292,19 @@ class IndexSet:
     @property
     def search_ready(self) -> bool:
         return self._search_ready.is_set()
+
+    def persistable(self) -> SearchIndex | None:
+        """The search index when it is complete and in step with the store (ready, no failure
+        reported, built by SearchIndex itself), to be kept on disk; else None."""
+        index = self.search_index
+        if (
+            self.search_ready
+            and not self.errors
+            and not self._broken
+            and type(index) is SearchIndex
+        ):
+            return index
+        return None
 
     def search(
         self,

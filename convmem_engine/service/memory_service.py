@@ -34,7 +34,7 @@ from convmem_engine.domain.errors import (
 from convmem_engine.domain.message import DEFAULT_METADATA, RELATION_TYPES, Message, Relation
 from convmem_engine.domain.validation import MetadataPatch, SearchFilters
 from convmem_engine.index.search_index import SearchIndex
-from convmem_engine.service import views
+from convmem_engine.service import search_persist, views
 from convmem_engine.service.budget import Budget, message_bound
 from convmem_engine.service.events import ChangeEvent, EventHub
 from convmem_engine.service.health import health_report
@@ -92,7 +92,11 @@ class MemoryService:
         if messages:
             # New ids must sort after every id the store holds, whatever the clock says now.
             self._ids.observe(max(messages))
-        self._indexes.build(messages, background=True)
+        saved = search_persist.PersistedSearch.capture(store, messages)
+        if saved is not None and search_index_factory is SearchIndex:
+            self._indexes.build(messages, background=True, saved=saved.load)
+        else:  # a test's index factory: built by adding, as it expects
+            self._indexes.build(messages, background=True)
 
     @classmethod
     def open(
@@ -127,6 +131,9 @@ class MemoryService:
         with self._lock.write():
             if not self._closed:
                 self._closed = True
+                index = self._indexes.persistable()
+                if index is not None:
+                    search_persist.save(self._store, index)
                 self._store.close()
 
     def __enter__(self) -> MemoryService:
