@@ -249,6 +249,7 @@ def cold_start(data_dir: Path) -> dict[str, float]:
             request_id += 1
         ready = since()
         rss = vm_hwm_mib(process.pid)
+        estimate = json.loads(answer["result"]["content"][0]["text"])["memory_estimate"]
     finally:
         process.stdin.close()
         process.stdout.read()
@@ -261,6 +262,8 @@ def cold_start(data_dir: Path) -> dict[str, float]:
         "later_health_ms": later,
         "index_ready_ms": ready,
         "peak_rss_mib": rss,
+        "estimate_total_mib": estimate["total_bytes"] / 2**20,
+        "estimate_search_index_mib": estimate["search_index_bytes"] / 2**20,
     }
 
 
@@ -554,6 +557,8 @@ def main() -> int:
                 row["restart_first_reply_ms"] = again["first_reply_ms"]
                 row["restart_index_ready_ms"] = again["index_ready_ms"]
                 row["restart_peak_rss_mib"] = again["peak_rss_mib"]
+                row["restart_estimate_total_mib"] = again["estimate_total_mib"]
+                row["restart_estimate_search_index_mib"] = again["estimate_search_index_mib"]
                 writes = stdio_writes(data_dir, args.writes)
                 row["write_p50_ms"] = p50(writes)
                 row["write_p99_ms"] = pct(writes, 0.99)
@@ -570,6 +575,13 @@ def main() -> int:
                 print(
                     f"{'restart':>9} {'':8} {'':9} {r['restart_first_reply_ms']:9.0f} {'':10}"
                     f" {'':10} {r['restart_index_ready_ms']:9.0f} {r['restart_peak_rss_mib']:8.0f}"
+                )
+                print(
+                    f"{'':9} health's memory_estimate: total / search index MiB "
+                    f"{r['estimate_total_mib']:.0f} / "
+                    f"{r['estimate_search_index_mib']:.0f} (built), "
+                    f"{r['restart_estimate_total_mib']:.0f} / "
+                    f"{r['restart_estimate_search_index_mib']:.0f} (loaded)"
                 )
         figures["stores"] = stores
         print(

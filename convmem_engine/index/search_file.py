@@ -43,6 +43,7 @@ FORMAT: Final = 1
 # key text bytes; lanes; total postings.
 HEADER: Final = struct.Struct("<IIIQIQIQIQIQ")
 _CHUNK: Final = 1 << 23  # postings copied per read: bounds the extra memory while loading
+_ID_WINDOW: Final = 1 << 20  # id table bytes decoded at a time
 _LITTLE: Final = sys.byteorder == "little"
 
 K = TypeVar("K", str, int)
@@ -131,12 +132,16 @@ def _read_keys(read: Reader, count: int, text_bytes: int) -> list[str]:
     return [text[a:b] for a, b in pairwise(ends)]
 
 
-def decode(read: Reader, resolve: Callable[[str], str | None]) -> SearchIndex:
-    """The index the chunks of `encode` describe. `resolve(message_id)` returns the store's own
-    id string for a message of the state the index was written for (so the index shares the
-    store's strings), or None when there is no such message: the bytes do not belong to this
-    store, ValueError. Raises ValueError (or UnicodeDecodeError, ...) for bytes that are not an
-    index of this format."""
+Resolver = Callable[[list[str]], list[str | None]]
+"""resolve(ids): for consecutive entries of the id table, in document order ("" for a removed
+document), the store's own id strings (so the index shares them), None for the "" entries.
+Raises ValueError for an id that is not a message of the state the index was written for."""
+
+
+def decode(read: Reader, resolve: Resolver) -> SearchIndex:
+    """The index the chunks of `encode` describe, its message ids given by `resolve`. Raises
+    ValueError (or UnicodeDecodeError, ...) for bytes that are not an index of this format or
+    not of this store."""
     head = HEADER.unpack(read(HEADER.size))
     (version, n_docs, n_blocks, id_bytes, n_grams, gram_text, n_singles, single_text) = head[:8]
     n_sessions, session_text, n_lanes, total = head[8:]
@@ -145,21 +150,12 @@ def decode(read: Reader, resolve: Callable[[str], str | None]) -> SearchIndex:
     if n_blocks != (n_docs + (1 << _BLOCK_SHIFT) - 1) >> _BLOCK_SHIFT:
         raise ValueError("block count does not match the document count")
     index = SearchIndex()
-    raw_ids = read(id_bytes).decode("utf-8", "surrogatepass").split("\n") if n_docs else []
-    if len(raw_ids) != n_docs:
+    ids = _decode_ids(read(id_bytes), resolve) if n_docs else []
+    if len(ids) != n_docs:
         raise ValueError("id count does not match the document count")
-    ids: list[str | None] = []
-    for raw in raw_ids:
-        if not raw:
-            ids.append(None)
-            continue
-        mid = resolve(raw)
-        if mid is None:
-            raise ValueError("the index names a message the store does not have")
-        ids.append(mid)
-    del raw_ids
-    docs = {mid: doc for doc, mid in enumerate(ids) if mid is not None}
-    if len(docs) != n_docs - ids.count(None):
+    docs: dict[str | None, int] = dict(zip(ids, range(n_docs), strict=True))
+    holes = docs.pop(None, None) is not None
+    if len(docs) != n_docs - (ids.count(None) if holes else 0):
         raise ValueError("a message id is indexed twice")
     sig = _from_le("q", read(8 * n_docs))
     imp = _from_le("b", read(n_docs))
@@ -191,7 +187,7 @@ def decode(read: Reader, resolve: Callable[[str], str | None]) -> SearchIndex:
     index._sessions = session_lists
     index._lanes = lanes
     index._ids = ids
-    index._docs = docs
+    index._docs = docs  # type: ignore[assignment]  # None was popped
     index._sig = sig
     index._imp = imp
     index._blk_ts = blk_ts
@@ -199,6 +195,29 @@ def decode(read: Reader, resolve: Callable[[str], str | None]) -> SearchIndex:
         if len(g) == 2:
             index._register_bigram(g)
     return index
+
+
+def _decode_ids(raw: bytes, resolve: Resolver) -> list[str | None]:
+    """The id table of one or more documents, resolved to the store's strings; decoded a
+    window at a time, so only one window's worth of new strings exists at once."""
+    ids: list[str | None] = []
+    total = len(raw)
+    start = 0
+    while True:
+        end = total
+        if total - start > _ID_WINDOW:
+            end = raw.rfind(b"\n", start, start + _ID_WINDOW)
+            if end < 0:
+                end = raw.find(b"\n", start + _ID_WINDOW)
+                end = total if end < 0 else end
+        parts = raw[start:end].decode("utf-8", "surrogatepass").split("\n")
+        got = resolve(parts)
+        if len(got) != len(parts):
+            raise ValueError("resolve did not give one id per entry")
+        ids.extend(got)
+        if end == total:
+            return ids
+        start = end + 1
 
 
 def _read_lists(read: Reader, keys: list[K], counts: array[int], out: dict[K, array[int]]) -> None:

@@ -41,6 +41,9 @@ class PersistedSearch:
     ) -> None:
         self._store = store
         self._messages = messages
+        # The ids live at open in the store's order: the index's documents are mostly in the
+        # same order, so a window of its id table is usually one slice of this list.
+        self._order = list(messages)
         self._changes = changes
         self._snapshot_count = snapshot_count
 
@@ -68,14 +71,37 @@ class PersistedSearch:
         changes = self._changes
         messages = self._messages
 
-        def resolve(raw: str) -> str | None:
+        order = self._order
+        at = 0
+
+        def one(raw: str) -> str | None:
+            if not raw:
+                return None
             pair = changes.get(raw)
             msg = pair[0] if pair is not None else messages.get(raw)
             if msg is not None:
                 return msg.message_id
-            # Untouched by the tail but gone now: deleted after open (that removal is queued
-            # for the index); the id as read is just as good.
-            return raw if pair is None else None
+            if pair is None:
+                # Untouched by the tail but gone now: deleted after open (that removal is
+                # queued for the index); the id as read is just as good.
+                return raw
+            raise ValueError("the index names a message that was not live at its snapshot")
+
+        def resolve(raws: list[str]) -> list[str | None]:
+            nonlocal at
+            n = len(raws)
+            window = order[at : at + n]
+            if window == raws:  # the common case, compared in C
+                at += n
+                return window  # type: ignore[return-value]
+            out: list[str | None] = []
+            for raw in raws:
+                if at < len(order) and order[at] == raw:
+                    out.append(order[at])
+                    at += 1
+                else:
+                    out.append(one(raw))
+            return out
 
         try:
             index = search_file.decode(reader.read, resolve)

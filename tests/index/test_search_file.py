@@ -45,6 +45,18 @@ def reader(blob: bytes) -> Callable[[int], bytes]:
     return read
 
 
+def resolver(messages: dict[str, Message]) -> search_file.Resolver:
+    def resolve(raws: list[str]) -> list[str | None]:
+        out: list[str | None] = []
+        for raw in raws:
+            if raw and raw not in messages:
+                raise ValueError("unknown id")
+            out.append(messages[raw].message_id if raw else None)
+        return out
+
+    return resolve
+
+
 def state(index: SearchIndex) -> tuple[object, ...]:
     return (
         {g: list(p) for g, p in index._post.items()},
@@ -80,9 +92,7 @@ def test_decode_of_encode_is_the_same_index(seed: int) -> None:
             index.replace(old, new)
             messages[mid] = new
     blob = b"".join(search_file.encode(index))
-    loaded = search_file.decode(
-        reader(blob), lambda s: messages[s].message_id if s in messages else None
-    )
+    loaded = search_file.decode(reader(blob), resolver(messages))
     assert state(loaded) == state(index)
     assert loaded.check(messages) == []
     rebuilt = SearchIndex()
@@ -109,18 +119,32 @@ def test_truncated_or_unknown_bytes_are_refused() -> None:
         index.add(m)
     blob = b"".join(search_file.encode(index))
 
-    def resolve(s: str) -> str | None:
-        return messages[s].message_id if s in messages else None
+    resolve = resolver(messages)
 
     for cut in [0, 10, len(blob) // 3, len(blob) - 1]:
         with pytest.raises(ValueError):
             search_file.decode(reader(blob[:cut]), resolve)
     with pytest.raises(ValueError):  # another store: the ids are not its messages
-        search_file.decode(reader(blob), lambda s: None)
+        search_file.decode(reader(blob), resolver({}))
     other = bytearray(blob)
     other[0] = search_file.FORMAT + 1
     with pytest.raises(ValueError):
         search_file.decode(reader(bytes(other)), resolve)
+
+
+@pytest.mark.parametrize("n", [1, 2, 50_000])
+def test_holes_and_long_id_tables(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Removed documents at the ends, and an id table decoded in many windows."""
+    monkeypatch.setattr(search_file, "_ID_WINDOW", 64)
+    messages = {f"id{i}": Message(f"id{i}", "s", i, "user", f"w{i % 7}", 1, i) for i in range(n)}
+    index = SearchIndex()
+    for m in messages.values():
+        index.add(m)
+    for mid in {"id0", f"id{n - 1}"}:
+        index.remove(messages.pop(mid))
+    blob = b"".join(search_file.encode(index))
+    loaded = search_file.decode(reader(blob), resolver(messages))
+    assert state(loaded) == state(index)
 
 
 def test_an_id_with_a_line_feed_is_not_encoded() -> None:
