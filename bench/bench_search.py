@@ -94,6 +94,45 @@ def build_ours(messages: dict[str, Message]) -> tuple[SearchIndex, float, float,
     return idx, time.perf_counter() - t0, time.process_time() - c0, current_rss() - rss0
 
 
+def load_vs_build(
+    idx: SearchIndex, messages: dict[str, Message], ours_build: float, fts_build: float
+) -> None:
+    """search.idx's layout (index/search_file.py): encode the built index, decode it (what a
+    restart does instead of the build), check the copy searches the same, next to the build
+    and FTS5's build in this run."""
+    from convmem_engine.index import search_file
+
+    t0 = time.perf_counter()
+    blob = b"".join(search_file.encode(idx))
+    encode_s = time.perf_counter() - t0
+    view = memoryview(blob)
+    pos = 0
+
+    def read(n: int) -> bytes:
+        nonlocal pos
+        pos += n
+        return bytes(view[pos - n : pos])
+
+    def resolve(raws: list[str]) -> list[str | None]:
+        return [messages[r].message_id if r else None for r in raws]
+
+    gc.collect()
+    rss0 = current_rss()
+    t0 = time.perf_counter()
+    loaded = search_file.decode(read, resolve)
+    load_s = time.perf_counter() - t0
+    rss = current_rss() - rss0
+    for queries in QUERIES.values():
+        for q in queries:
+            assert loaded.search(q, messages, limit=LIMIT) == idx.search(q, messages, limit=LIMIT)
+    print(
+        f"search.idx: {len(blob) / 1e6:.0f} MB, encode {encode_s:.2f} s, load {load_s:.2f} s "
+        f"(RSS delta {rss / 1e6:.0f} MB, memory_bytes() {loaded.memory_bytes() / 1e6:.0f} MB "
+        f"vs {idx.memory_bytes() / 1e6:.0f} MB built): load / build {load_s / ours_build:.3f}, "
+        f"load / FTS5 build {load_s / fts_build:.3f}; same results on every query"
+    )
+
+
 def build_fts(
     messages: dict[str, Message],
 ) -> tuple[sqlite3.Connection, list[str], float, float, int]:
@@ -344,6 +383,7 @@ def main() -> None:
         f"memory_bytes() {idx.memory_bytes() / 1e6:.0f} MB; "
         f"FTS5 (in-memory db) RSS delta {fts_rss / 1e6:.0f} MB"
     )
+    load_vs_build(idx, messages, ours_build, fts_build)
     if args.tracemalloc:
         tracemalloc.start()
         base = tracemalloc.get_traced_memory()[0]

@@ -44,6 +44,8 @@ FORMAT: Final = 1
 HEADER: Final = struct.Struct("<IIIQIQIQIQIQ")
 _CHUNK: Final = 1 << 23  # postings copied per read: bounds the extra memory while loading
 _ID_WINDOW: Final = 1 << 20  # id table bytes decoded at a time
+_EXACT: Final = 4096  # posting lists of at least this many bytes are loaded without spare room
+_ZEROS: Final = {"I": array("I", [0])}
 _LITTLE: Final = sys.byteorder == "little"
 
 K = TypeVar("K", str, int)
@@ -61,6 +63,16 @@ def _le(arr: array[int]) -> bytes:
 def _from_le(typecode: str, data: bytes | memoryview) -> array[int]:
     arr = array(typecode)
     arr.frombytes(data)
+    if not _LITTLE:
+        arr.byteswap()
+    return arr
+
+
+def _exact(typecode: str, data: memoryview) -> array[int]:
+    """`_from_le` without spare capacity: `frombytes` over-allocates by 1/16 (for growth that
+    a loaded list rarely sees); an array made by repetition is exactly its size."""
+    arr = _ZEROS[typecode] * (len(data) // _ZEROS[typecode].itemsize)
+    memoryview(arr).cast("B")[:] = data
     if not _LITTLE:
         arr.byteswap()
     return arr
@@ -236,7 +248,9 @@ def _read_lists(read: Reader, keys: list[K], counts: array[int], out: dict[K, ar
             end = at + 4 * counts[k]
             if end == at:
                 raise ValueError("an empty posting list")
-            out[keys[k]] = _from_le("I", view[at:end])
+            out[keys[k]] = (
+                _exact("I", view[at:end]) if end - at >= _EXACT else _from_le("I", view[at:end])
+            )
             at = end
         view.release()
         i = j
