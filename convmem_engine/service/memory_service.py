@@ -63,6 +63,7 @@ class MemoryService:
         response_budget: int = limits.RESPONSE_BUDGET_BYTES,
         background_search_from: int = BACKGROUND_SEARCH_FROM,
         search_index_factory: Callable[[], SearchIndex] = SearchIndex,
+        keep_search_index: bool = True,
     ) -> None:
         """Wrap an open store (prefer `MemoryService.open`). Builds every index.
 
@@ -74,7 +75,9 @@ class MemoryService:
         `clock` (UTC milliseconds) and `response_budget` (bytes) are seams for tests, and so is
         `search_index_factory`
         (makes each new, empty search index; a subclass can inject a failure, like the store's
-        `FileSystem` seam).
+        `FileSystem` seam). With `keep_search_index` (the default) the search index is loaded
+        from the data dir's search.idx at open when it matches and written there at close
+        (service/search_persist.py); a look at a copy passes False.
         """
         self._store = store
         self._budget = response_budget
@@ -88,6 +91,7 @@ class MemoryService:
             search_index_factory=search_index_factory,
         )
         self._closed = False
+        self._keep_search_index = keep_search_index
         messages = store.messages
         if messages:
             # New ids must sort after every id the store holds, whatever the clock says now.
@@ -108,6 +112,7 @@ class MemoryService:
         response_budget: int = limits.RESPONSE_BUDGET_BYTES,
         background_search_from: int = BACKGROUND_SEARCH_FROM,
         search_index_factory: Callable[[], SearchIndex] = SearchIndex,
+        keep_search_index: bool = True,
     ) -> MemoryService:
         """Open the store in `data_dir` and build the indexes.
 
@@ -121,6 +126,7 @@ class MemoryService:
                 response_budget=response_budget,
                 background_search_from=background_search_from,
                 search_index_factory=search_index_factory,
+                keep_search_index=keep_search_index,
             )
         except BaseException:
             store.close()
@@ -131,7 +137,7 @@ class MemoryService:
         with self._lock.write():
             if not self._closed:
                 self._closed = True
-                index = self._indexes.persistable()
+                index = self._indexes.persistable() if self._keep_search_index else None
                 if index is not None:
                     search_persist.save(self._store, index)
                 self._store.close()

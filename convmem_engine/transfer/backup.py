@@ -144,7 +144,7 @@ def _open_and_check(folder: str) -> tuple[int, int]:
     """Open a store copy, run the full self-check, close (writing its snapshot).
     Returns (messages, sessions); raises BackupError naming the first problem."""
     try:
-        svc = MemoryService.open(folder, background_search_from=1 << 62)
+        svc = MemoryService.open(folder, background_search_from=1 << 62, keep_search_index=False)
     except ConvMemError as e:
         raise BackupError(f"verify: the copy does not open: {e.message}") from None
     try:
@@ -239,7 +239,9 @@ def open_copy(data_dir: str | os.PathLike[str]) -> Iterator[MemoryService]:
     work = tempfile.mkdtemp(prefix="convmem-look-")
     try:
         _copy_log(os.fspath(data_dir), work, None, None)
-        with MemoryService.open(work, background_search_from=1 << 62) as service:
+        with MemoryService.open(
+            work, background_search_from=1 << 62, keep_search_index=False
+        ) as service:
             yield service
     finally:
         shutil.rmtree(work, ignore_errors=True)
