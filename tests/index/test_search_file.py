@@ -145,6 +145,13 @@ def test_holes_and_long_id_tables(n: int, monkeypatch: pytest.MonkeyPatch) -> No
     blob = b"".join(search_file.encode(index))
     loaded = search_file.decode(reader(blob), resolver(messages))
     assert state(loaded) == state(index)
+    # Lists loaded without spare room still grow and shrink.
+    extra = Message("extra", "s", n, "user", "w0 w1", 1, n)
+    for ix in (index, loaded):
+        ix.add(extra)
+        for m in list(messages.values())[n // 2 : n // 2 + 1]:
+            ix.remove(m)
+    assert state(loaded) == state(index)
 
 
 def test_an_id_with_a_line_feed_is_not_encoded() -> None:
