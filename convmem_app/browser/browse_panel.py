@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from convmem_app.browser.bulk import Target
 from convmem_app.browser.calls import fetch_message
 from convmem_app.browser.context_panel import ContextPanel
 from convmem_app.browser.detail_view import MessageDetail
@@ -243,14 +244,16 @@ class BrowsePanel(BrowserPage):
         if self.history_model.session_id is not None:
             self.history_model.refresh()
 
-    def delete_targets(self) -> list[tuple[str, str]]:
+    def delete_targets(self) -> list[Target]:
         targets = []
         for index in sorted(
             self.history_view.selectionModel().selectedRows(), key=lambda i: i.row()
         ):
             row = index.data(ROW_ROLE)
             if isinstance(row, dict):
-                targets.append((str(row["message_id"]), str(row["session_id"])))
+                targets.append(
+                    Target(str(row["message_id"]), int(row["revision"]), str(row["session_id"]))
+                )
         return targets
 
     def messages_deleted(self, message_ids: set[str]) -> None:

@@ -60,10 +60,11 @@ class BulkChange:
 
 @dataclass(frozen=True)
 class Target:
-    """A selected message as the user saw it."""
+    """A selected message as the user saw it (`session_id`: where it was shown, a guard)."""
 
     message_id: str
     revision: int
+    session_id: str | None = None
 
 
 @dataclass
@@ -82,7 +83,8 @@ class BulkResult:
         if self.unchanged:
             parts.append(f"{len(self.unchanged)} already so")
         if self.conflicts:
-            parts.append(f"{len(self.conflicts)} changed by another client meanwhile (left as is)")
+            kept = "kept, not deleted" if verb == "deleted" else "left as is"
+            parts.append(f"{len(self.conflicts)} changed by another client meanwhile ({kept})")
         if self.missing:
             parts.append(f"{len(self.missing)} deleted meanwhile")
         if self.failed:
@@ -189,23 +191,23 @@ def delete_messages(
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
 ) -> BulkResult:
-    """Delete each selected message unless a host changed it since it was selected."""
+    """Delete each selected message unless a host changed it since it was selected: the
+    revision check and the delete are one step under the service's write lock, so an edit can
+    never slip in between. Changed messages are kept and listed in `conflicts`, messages
+    already gone in `missing`."""
     result = BulkResult()
     for n, t in enumerate(targets, 1):
         if cancel is not None and cancel.is_set():
             result.cancelled = True
             break
-        msg = _current(service, t.message_id)
-        if msg is None:
-            result.missing.append(t.message_id)
-            continue
-        if msg["revision"] != t.revision:
+        try:
+            r = service.delete_message(
+                message_id=t.message_id, session_id=t.session_id, expected_revision=t.revision
+            )
+        except ConflictError:
             result.conflicts.append(t.message_id)
-            continue
-        if service.delete_message(message_id=t.message_id)["status"] == "OK":
-            result.changed.append(t.message_id)
         else:
-            result.missing.append(t.message_id)
+            (result.changed if r["status"] == "OK" else result.missing).append(t.message_id)
         if progress is not None:
             progress(n, len(targets))
     return result

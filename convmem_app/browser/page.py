@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, ClassVar
 from PySide6.QtCore import QSettings, Signal
 from PySide6.QtWidgets import QTabWidget, QWidget
 
+from convmem_app.browser.bulk import Target
 from convmem_app.browser.jobs import JobRunner
 from convmem_app.browser.service_panel import ServicePanel
 
@@ -83,9 +84,10 @@ class BrowserPage(ServicePanel):
     def set_current_session(self, session_id: str | None) -> None:
         """The session selected in the browser (see `sessionChanged`)."""
 
-    def delete_targets(self) -> list[tuple[str, str]]:
-        """(message_id, session_id) of the messages the Delete action deletes while this page
-        is current; [] when it deletes nothing here."""
+    def delete_targets(self) -> list[Target]:
+        """The messages the Delete action (and bulk curation) works on while this page is
+        current, each with the revision shown and its session; [] when it deletes nothing here.
+        A message whose revision changed meanwhile is reported, not deleted."""
         return []
 
     def messages_deleted(self, message_ids: set[str]) -> None:

@@ -34,7 +34,6 @@ from convmem_app.browser.bulk import BulkChange, BulkResult, Target, apply_chang
 from convmem_app.browser.host_setup import HostSetup, WelcomePage
 from convmem_app.browser.hosts_page import HostsPage
 from convmem_app.browser.jobs import Job
-from convmem_app.browser.paged_model import ROW_ROLE
 from convmem_app.browser.search_panel import SearchPanel
 from convmem_app.browser.transfer_dialogs import BackupDialog, ExportDialog, ImportDialog
 from convmem_app.hosts import Env
@@ -244,24 +243,7 @@ class Portability(QObject):
 
     def targets(self) -> list[Target]:
         """The messages selected in the current view (search results or history)."""
-        b = self.browser
-        search = b.page_of(SearchPanel)
-        if search.is_current():
-            rows = sorted(i.row() for i in search.view.selectionModel().selectedRows())
-            results = search.model.results
-            return [
-                Target(str(results[r]["message_id"]), int(results[r]["revision"])) for r in rows
-            ]
-        if b.tabs.currentWidget() is not self.browse_stack:
-            return []
-        out = []
-        for index in sorted(
-            b.browse.history_view.selectionModel().selectedRows(), key=lambda i: i.row()
-        ):
-            row = index.data(ROW_ROLE)
-            if isinstance(row, dict):
-                out.append(Target(str(row["message_id"]), int(row["revision"])))
-        return out
+        return self.browser.selected_targets()
 
     def open_bulk(self) -> BulkEditDialog | None:
         targets = self.targets()

@@ -44,6 +44,7 @@ from PySide6.QtWidgets import (
 
 from convmem_app.browser import format as fmt
 from convmem_app.browser import theme
+from convmem_app.browser.bulk import Target
 from convmem_app.browser.metadata_form import split_tags
 from convmem_app.browser.page import BrowserPage, PageContext
 from convmem_app.browser.paged_model import KEY_ROLE, ROW_ROLE
@@ -253,7 +254,7 @@ class SearchPanel(BrowserPage):
         self.view.setObjectName("searchResults")
         self.view.setModel(self.model)
         self.view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.view.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.view.setItemDelegateForColumn(SearchResultsModel.COL_MATCH, HighlightDelegate(self))
         self.view.verticalHeader().hide()
         self.view.setAlternatingRowColors(True)
@@ -304,10 +305,17 @@ class SearchPanel(BrowserPage):
         if current and self.query.text().strip():
             self.search()
 
-    def delete_targets(self) -> list[tuple[str, str]]:
-        rows = {i.row() for i in self.view.selectionModel().selectedRows()}
+    def delete_targets(self) -> list[Target]:
+        rows = sorted({i.row() for i in self.view.selectionModel().selectedRows()})
         results = self.model.results
-        return [(str(results[r]["message_id"]), str(results[r]["session_id"])) for r in rows]
+        return [
+            Target(
+                str(results[r]["message_id"]),
+                int(results[r]["revision"]),
+                str(results[r]["session_id"]),
+            )
+            for r in rows
+        ]
 
     def messages_deleted(self, message_ids: set[str]) -> None:
         kept = [r for r in self.model.results if r["message_id"] not in message_ids]

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 
 from convmem_app.browser import icons, theme
 from convmem_app.browser.browse_panel import BrowsePanel
+from convmem_app.browser.bulk import BulkResult, Target, delete_messages
 from convmem_app.browser.changes import ChangeBridge
 from convmem_app.browser.jobs import Job, JobRunner
 from convmem_app.browser.maintenance_panel import MaintenancePanel
@@ -52,6 +53,7 @@ class MemoryBrowser(QMainWindow):
     messageOpened = Signal(str)  # message id now current in the Browse page's history
     deleteConfirmationShown = Signal(object)  # the QMessageBox asking to confirm a delete
     deleted = Signal(int)  # messages deleted by a confirmed delete
+    deleteFinished = Signal(object)  # its BulkResult: deleted, kept (changed meanwhile), gone
 
     def __init__(
         self,
@@ -73,6 +75,7 @@ class MemoryBrowser(QMainWindow):
         self.bridge.changed.connect(self._on_change, Qt.ConnectionType.QueuedConnection)
         self.delete_confirmation: QMessageBox | None = None
         self._delete_job: Job | None = None
+        self.last_delete: BulkResult | None = None
 
         context = PageContext(service, self.runner, self.settings, runtime)
         self.tabs = QTabWidget()
@@ -362,16 +365,20 @@ class MemoryBrowser(QMainWindow):
 
     # --- delete ---
 
-    def _delete_targets(self) -> list[tuple[str, str]]:
+    def selected_targets(self) -> list[Target]:
+        """The messages selected on the current page (history rows, search results), each with
+        the revision the user sees: what Delete and bulk curation work on."""
         page = self.current_page()
         return page.delete_targets() if page is not None else []
 
     def _update_actions(self) -> None:
-        self.act_delete.setEnabled(bool(self._delete_targets()) and self._delete_job is None)
+        self.act_delete.setEnabled(bool(self.selected_targets()) and self._delete_job is None)
         self.act_save.setEnabled(self.browse.can_save())
 
     def delete_selected(self) -> None:
-        targets = self._delete_targets()
+        """One confirmation stating the count, then a revision-checked delete off the GUI
+        thread: a message a host changed after it was selected is kept and reported."""
+        targets = self.selected_targets()
         if not targets or self._delete_job is not None or self.delete_confirmation is not None:
             return
         n = len(targets)
@@ -382,7 +389,8 @@ class MemoryBrowser(QMainWindow):
         box.setInformativeText(
             "Deleted messages disappear from reads and search at once, for every connected "
             "host. Their content stays in the log file until the next Rebuild index, which "
-            "removes it physically."
+            "removes it physically. A message another client changes before the delete reaches "
+            "it is kept and reported."
         )
         box.setStandardButtons(QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel)
         box.setDefaultButton(QMessageBox.StandardButton.Cancel)
@@ -400,30 +408,27 @@ class MemoryBrowser(QMainWindow):
         box.open()
         self.deleteConfirmationShown.emit(box)
 
-    def _run_delete(self, targets: list[tuple[str, str]]) -> None:
+    def _run_delete(self, targets: list[Target]) -> None:
         service = self.service
 
-        def work(job: Job) -> list[str]:
-            done: list[str] = []
-            for i, (mid, sid) in enumerate(targets):
-                if job.cancelled:
-                    break
-                if service.delete_message(message_id=mid, session_id=sid).get("status") == "OK":
-                    done.append(mid)
-                job.report(i + 1, len(targets))
-            return done
+        def work(job: Job) -> BulkResult:
+            return delete_messages(service, targets, progress=job.report, cancel=job.cancel_event)
 
-        def succeeded(done: list[str]) -> None:
+        def succeeded(result: BulkResult) -> None:
             # also when the window stopped following the events meanwhile
-            gone = set(done)
+            gone = set(result.changed) | set(result.missing)
             for page in self.pages:
                 page.messages_deleted(gone)
-            stopped = " (cancelled)" if len(done) < len(targets) and job.cancelled else ""
-            self.status_text.setText(
-                f"Deleted {len(done)} message{'s' if len(done) != 1 else ''}{stopped}. "
-                "Rebuild index removes the content from disk."
-            )
-            self.deleted.emit(len(done))
+            n = len(result.changed)
+            text = f"Deleted {n} message{'s' if n != 1 else ''}"
+            skipped = result.summary("deleted").split(", ")[1:]
+            text += f" ({', '.join(skipped)})" if skipped else ""
+            if result.conflicts:
+                self.refresh()  # show the kept messages as the host left them
+            self.status_text.setText(f"{text}. Rebuild index removes the content from disk.")
+            self.last_delete = result
+            self.deleted.emit(n)
+            self.deleteFinished.emit(result)
 
         def finished() -> None:
             self._delete_job = None

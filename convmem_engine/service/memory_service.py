@@ -394,13 +394,25 @@ class MemoryService:
 
     # -- delete_message ----------------------------------------------------------------------
 
-    def delete_message(self, *, message_id: str, session_id: str | None = None) -> dict[str, Any]:
-        """`session_id` guards: only delete if the message belongs to it."""
+    def delete_message(
+        self,
+        *,
+        message_id: str,
+        session_id: str | None = None,
+        expected_revision: int | None = None,
+    ) -> dict[str, Any]:
+        """`session_id` guards: only delete if the message belongs to it. `expected_revision`
+        (the browser's bulk delete): only delete if the message is still at that revision, else
+        ConflictError and nothing is deleted."""
         with self._lock.write():
             self._check_open()
             msg = self._store.get(message_id)
             if msg is None or (session_id is not None and msg.session_id != session_id):
                 return {"status": "NOT_FOUND"}
+            if expected_revision is not None and expected_revision != msg.revision:
+                raise ConflictError(
+                    "expected_revision: does not match the message's current revision"
+                )
             seq = self._store.write_delete(message_id)
             ok = self._apply_to_indexes(lambda: self._indexes.remove(msg), "a delete")
         self._finish(seq, ChangeEvent("delete", message_id, msg.session_id))

@@ -182,6 +182,63 @@ def test_delete_several_with_confirmation_rows_vanish(
     assert [m["message_id"] for m in page] == [ids[0], ids[2]]
 
 
+def test_delete_is_revision_checked_a_host_edit_after_selection_is_kept_and_reported(
+    qtbot: Any, service: MemoryService, make_browser: Any
+) -> None:
+    ids = [write(service, "s", f"m{i}")["message_id"] for i in range(5)]
+    b = make_browser()
+    select_session(qtbot, b, "s")
+    select_history_rows(b, 0, 1, 2, 3)
+    box = delete_confirmation(qtbot, b, b.act_delete.trigger)
+    assert box.text() == "Delete 4 messages?"
+    assert "kept and reported" in box.informativeText()
+    # while the dialog is open a host edits one selected message and deletes another
+    update(service, ids[1], '{"importance": 7}')
+    service.delete_message(message_id=ids[2])
+    with qtbot.waitSignal(b.deleteFinished, timeout=10_000) as done:
+        box.button(QMessageBox.StandardButton.Yes).click()
+    result = done.args[0]
+    assert (result.changed, result.conflicts, result.missing) == (
+        [ids[0], ids[3]],
+        [ids[1]],
+        [ids[2]],
+    )
+    assert b.last_delete is result
+    text = b.status_text.text()
+    assert text.startswith("Deleted 2 messages (")
+    assert "1 changed by another client meanwhile (kept, not deleted)" in text
+    assert "1 deleted meanwhile" in text
+    assert stored(service, ids[1])["metadata"]["importance"] == 7  # the host's edit survives
+    left = [
+        m["message_id"] for m in service.read_messages(view="history", session_id="s")["history"]
+    ]
+    assert left == [ids[1], ids[4]]
+    qtbot.waitUntil(lambda: history_ids(b) == left)
+
+
+def test_delete_from_search_results_is_revision_checked(
+    qtbot: Any, service: MemoryService, make_browser: Any
+) -> None:
+    ids = [write(service, "s", f"zebra note {i}")["message_id"] for i in range(3)]
+    b = make_browser()
+    search = b.show_page("search")
+    with qtbot.waitSignal(search.searched):
+        search.query.setText("zebra")
+        search.search()
+    assert {r["message_id"] for r in search.model.results} == set(ids)
+    search.view.selectAll()
+    box = delete_confirmation(qtbot, b, b.delete_selected)
+    assert box.text() == "Delete 3 messages?"
+    update(service, ids[0], '{"tags": ["keep"]}')
+    with qtbot.waitSignal(b.deleteFinished, timeout=10_000) as done:
+        box.button(QMessageBox.StandardButton.Yes).click()
+    result = done.args[0]
+    assert sorted(result.changed) == sorted(ids[1:]) and result.conflicts == [ids[0]]
+    assert "1 changed by another client meanwhile" in b.status_text.text()
+    assert stored(service, ids[0])["metadata"]["tags"] == ["keep"]
+    assert service.get_system_health()["active_messages"] == 1
+
+
 def test_cancelled_delete_keeps_everything(
     qtbot: Any, service: MemoryService, make_browser: Any
 ) -> None:

@@ -11,6 +11,7 @@ from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QMessageBox, QStackedWidget, QWidget
 
 from convmem_app.browser import MemoryBrowser
+from convmem_app.browser.bulk import Target
 from convmem_app.browser.page import BrowserPage, PageContext
 from convmem_app.browser.pages import PAGES
 from convmem_app.browser.search_panel import SearchPanel
@@ -27,7 +28,7 @@ class ProbePage(BrowserPage):
         super().__init__(context, parent)
         self.shown = 0
         self.events: list[tuple[str, str | None]] = []
-        self.targets: list[tuple[str, str]] = []
+        self.targets: list[Target] = []
         self.deleted: set[str] = set()
         self.refreshed: list[bool] = []
 
@@ -40,7 +41,7 @@ class ProbePage(BrowserPage):
     def refresh(self, current: bool) -> None:
         self.refreshed.append(current)
 
-    def delete_targets(self) -> list[tuple[str, str]]:
+    def delete_targets(self) -> list[Target]:
         return list(self.targets)
 
     def messages_deleted(self, message_ids: set[str]) -> None:
@@ -73,7 +74,7 @@ def test_a_registered_page_is_a_tab_with_its_shortcut_events_and_delete(
     assert probe.refreshed == [True]
 
     assert not b.act_delete.isEnabled()
-    probe.targets = [(message["message_id"], "s")]
+    probe.targets = [Target(message["message_id"], message["revision"], "s")]
     probe.selectionChanged.emit()
     assert b.act_delete.isEnabled()
     box = delete_confirmation(qtbot, b, b.act_delete.trigger)

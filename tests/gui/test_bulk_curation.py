@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from tool_calls import ToolCalls
 
 from convmem_app.browser.bulk import (
@@ -14,6 +15,7 @@ from convmem_app.browser.bulk import (
     delete_messages,
     undo_change,
 )
+from convmem_engine.domain.errors import ConflictError
 from convmem_engine.service import MemoryService
 
 
@@ -70,5 +72,16 @@ def test_bulk_delete_skips_messages_edited_since_selection(tmp_path: Path) -> No
         result = delete_messages(svc, targets)
         assert result.changed == [targets[1].message_id, targets[2].message_id]
         assert result.conflicts == [targets[0].message_id]
+        assert svc.get_system_health()["active_messages"] == 1
+        assert "1 changed by another client meanwhile (kept, not deleted)" in result.summary(
+            "deleted"
+        )
+        # the service checks the revision under its write lock: a stale one deletes nothing
+        with pytest.raises(ConflictError):
+            svc.delete_message(message_id=targets[0].message_id, expected_revision=1)
+        assert svc.get_system_health()["active_messages"] == 1
+        # a session guard that does not match: reported as gone, nothing deleted
+        r = delete_messages(svc, [Target(targets[0].message_id, 2, "other-session")])
+        assert r.missing == [targets[0].message_id]
         assert svc.get_system_health()["active_messages"] == 1
         assert BulkChange().empty and not BulkChange(importance=1).empty
