@@ -121,11 +121,13 @@ class Portability(QObject):
         clients: Callable[[], list[ClientInfo]] | None = None,
         activity: ActivityLog | None = None,
         env_factory: Callable[[], Env] = Env.current,
+        restore_in_place: Callable[[str], object] | None = None,
     ) -> None:
         super().__init__(browser)
         self.browser = browser
         self.data_dir = data_dir
         self.scheduler = scheduler
+        self.restore_in_place = restore_in_place  # the app's: stop, restore, reopen
         self.last_bulk: BulkResult | None = None
         self.dialog: QDialog | None = None
         runner = browser.runner
@@ -235,7 +237,13 @@ class Portability(QObject):
     def open_backup(self) -> BackupDialog | None:
         if self.scheduler is None:
             return None
-        d = BackupDialog(self.data_dir, self.scheduler, self.browser.runner, self.browser)
+        d = BackupDialog(
+            self.data_dir,
+            self.scheduler,
+            self.browser.runner,
+            self.browser,
+            restore_in_place=self.restore_in_place,
+        )
         self._show(d)
         return d
 

@@ -6,18 +6,19 @@ messages it would store, skipped records by reason with their positions), **Impo
 Export: everything, the current session, or the current search results, as JSONL or Markdown.
 Backup: back up now (folder or single file: path, size, time, **Open folder**), the automatic
 schedule (on, every N hours, keep N), the backups kept with **Verify** and **Restore into a new
-folder**; restoring in place needs the app stopped, so the dialog gives that command.
+folder** and **Restore in place** (inside the app: it stops the runtime, restores, reopens;
+a bare browser without the app shows the `convmem restore --in-place` command instead).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QUrl, Signal
+from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -30,6 +31,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QListWidget,
     QListWidgetItem,
+    QMessageBox,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
@@ -358,6 +360,7 @@ class BackupDialog(_JobDialog):
     backupMade = Signal(object)  # BackupInfo
     verified = Signal(object)  # BackupInfo
     restored = Signal(str)  # the new data dir
+    restoreConfirmationShown = Signal(object)  # the QMessageBox asking to restore in place
 
     def __init__(
         self,
@@ -365,10 +368,15 @@ class BackupDialog(_JobDialog):
         scheduler: BackupScheduler,
         runner: JobRunner,
         parent: QWidget | None = None,
+        *,
+        restore_in_place: Callable[[str], object] | None = None,
     ) -> None:
         super().__init__(runner, parent)
         self.setWindowTitle("Backup and restore")
         self.data_dir = data_dir
+        # the app's restore in place (stop, restore, reopen); None: only the command is shown
+        self._restore_in_place = restore_in_place
+        self.restore_confirmation: QMessageBox | None = None
         self.scheduler = scheduler
         self.single_file = QCheckBox("One file (.zip)")
         self.backup_button = QPushButton("Back up now")
@@ -400,6 +408,9 @@ class BackupDialog(_JobDialog):
         self.verify_button.clicked.connect(self.verify_selected)
         self.restore_button = QPushButton("Restore into a new folder…")
         self.restore_button.clicked.connect(self._choose_restore)
+        self.in_place_button = QPushButton("Restore in place…")
+        self.in_place_button.setVisible(restore_in_place is not None)
+        self.in_place_button.clicked.connect(self.confirm_restore_in_place)
         self.in_place = QLabel()
         self.in_place.setWordWrap(True)
         self.in_place.setTextInteractionFlags(self.in_place.textInteractionFlags())
@@ -417,6 +428,7 @@ class BackupDialog(_JobDialog):
         kept = QHBoxLayout()
         kept.addWidget(self.verify_button)
         kept.addWidget(self.restore_button)
+        kept.addWidget(self.in_place_button)
         kept.addStretch(1)
         layout = QVBoxLayout(self)
         layout.addLayout(now)
@@ -460,7 +472,8 @@ class BackupDialog(_JobDialog):
         path = self._selected()
         self.verify_button.setEnabled(path is not None)
         self.restore_button.setEnabled(path is not None)
-        if path is None:
+        self.in_place_button.setEnabled(path is not None)
+        if path is None or self._restore_in_place is not None:
             self.in_place.setText("")
             return
         self.in_place.setText(
@@ -472,6 +485,7 @@ class BackupDialog(_JobDialog):
         self.backup_button.setEnabled(not busy)
         self.verify_button.setEnabled(not busy and self._selected() is not None)
         self.restore_button.setEnabled(not busy and self._selected() is not None)
+        self.in_place_button.setEnabled(not busy and self._selected() is not None)
 
     def backup_now(self) -> None:
         job = self.scheduler.backup_now(single_file=self.single_file.isChecked())
@@ -541,3 +555,39 @@ class BackupDialog(_JobDialog):
             self.restored.emit(folder)
 
         return self.start(lambda _job: restore_backup(path, folder), done, cancellable=False)
+
+    def confirm_restore_in_place(self) -> QMessageBox | None:
+        """Ask once; on Yes the app stops, puts the selected backup in place and reopens."""
+        path = self._selected()
+        if path is None or self._restore_in_place is None or self.restore_confirmation:
+            return None
+        restore = self._restore_in_place
+        box = QMessageBox(self)
+        box.setIcon(QMessageBox.Icon.Warning)
+        box.setWindowTitle("Restore in place")
+        box.setText(f"Replace the current store with the backup {os.path.basename(path)}?")
+        box.setInformativeText(
+            "ConvMem stops serving hosts for a moment, puts the backup in place of the current "
+            "store and opens it again. The current store is kept aside at\n"
+            f"{self.data_dir}.before-restore-<UTC time>\n"
+            "never overwritten or deleted. If anything fails, the current store is opened "
+            "again as it was."
+        )
+        box.setStandardButtons(QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        box.button(QMessageBox.StandardButton.Yes).setText("Restore in place")
+        self.restore_confirmation = box
+
+        def finished(result: int) -> None:
+            self.restore_confirmation = None
+            box.deleteLater()
+            if result == QMessageBox.StandardButton.Yes:
+                self.status.setText("Restoring in place…")
+                self.set_busy(True)
+                restore(path)
+
+        box.finished.connect(finished)
+        box.setWindowModality(Qt.WindowModality.WindowModal)
+        box.open()
+        self.restoreConfirmationShown.emit(box)
+        return box

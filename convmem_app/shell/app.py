@@ -17,6 +17,11 @@ Quit (tray, control message, SIGTERM/SIGINT, closing the window when there is no
 graceful: the browser's background reads end, then the runtime stops: the pipe stops
 accepting, requests already received finish and are answered, the sessions end, the service
 closes (releasing the lock).
+
+Restore in place (the browser's Backup dialog): the runtime stops as for a quit (the window
+closes, hosts see the pipe go away), the engine's `restore_backup(in_place=True)` runs on a
+worker thread (the current store is renamed aside, never overwritten), then the runtime opens
+again (on the backup, or on the old store when the restore failed) and the result is shown.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -167,8 +173,30 @@ class AppState(enum.StrEnum):
     RUNNING = "running"  # the runtime runs and the pipe listens: hosts are served
     ERROR = "error"  # startup failed: the error window says why; Retry -> STARTING
     HANDED_OVER = "handed-over"  # another app for this data dir answered: we step aside
+    RESTORING = "restoring"  # restore in place: runtime stopped, backup put in place, reopen
     QUITTING = "quitting"  # quit(): the browser's work ends, then the runtime stops
     STOPPED = "stopped"  # everything closed, `finished` emitted; final
+
+
+@dataclass(frozen=True)
+class RestoreOutcome:
+    """What a restore in place did: `aside` is where the previous store now is (None when the
+    restore failed and the previous store stayed in place); `error` says why it failed."""
+
+    backup: str
+    aside: str | None
+    messages: int | None
+    error: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def text(self) -> str:
+        if self.error is not None:
+            return f"The restore failed and the current store was opened again: {self.error}"
+        count = f"{self.messages:,} messages" if self.messages is not None else "the backup"
+        return f"Restored {count} from {self.backup}. The previous store is kept at {self.aside}."
 
 
 class ConvMemApp(QObject):
@@ -180,6 +208,7 @@ class ConvMemApp(QObject):
     healthChanged = Signal(str)
     rebuildFinished = Signal(object)  # rebuild_index's result dict, or the exception it raised
     messageShown = Signal(str, str)
+    restoreFinished = Signal(object)  # RestoreOutcome, once the runtime runs again (or failed)
 
     # Emitted on worker, engine and writer threads: queued, so the slots run on the GUI thread.
     _opened = Signal(Runtime)
@@ -189,6 +218,7 @@ class ConvMemApp(QObject):
     _rebuildDone = Signal(object)
     _storeChanged = Signal()
     _clientsChanged = Signal()
+    _restoreDone = Signal(object)
 
     def __init__(
         self,
@@ -222,6 +252,7 @@ class ConvMemApp(QObject):
         self._quitting = False
         self._rebuilding = False
         self._health_pending = False
+        self._restore_outcome: RestoreOutcome | None = None
         self._workers = concurrent.futures.ThreadPoolExecutor(2, "convmem-gui-work")
 
         self.tray = Tray(self)
@@ -245,6 +276,7 @@ class ConvMemApp(QObject):
         self._healthReady.connect(self._on_health, queued)
         self._rebuildDone.connect(self._on_rebuild_done, queued)
         self._clientsChanged.connect(self._on_clients, queued)
+        self._restoreDone.connect(self._on_restore_done, queued)
         self._health_timer = QTimer(self)
         self._health_timer.setInterval(HEALTH_INTERVAL_MS)
         self._health_timer.timeout.connect(self.refresh_health)
@@ -324,8 +356,11 @@ class ConvMemApp(QObject):
         self.http.attach(runtime)  # the HTTP endpoint, when Settings → HTTP has it on
         self.refresh_health()
         self._health_timer.start()
-        if not self.has_tray or not self.minimized:
+        outcome, self._restore_outcome = self._restore_outcome, None
+        if not self.has_tray or not self.minimized or outcome is not None:
             self.show_window()
+        if outcome is not None:
+            self._report_restore(outcome)
 
     def _control_status(self) -> dict[str, object]:
         visible = self.window is not None and self.window.isVisible()
@@ -362,6 +397,9 @@ class ConvMemApp(QObject):
 
     def _show_problem(self, exc: BaseException) -> None:
         self._busy_deadline = None
+        outcome, self._restore_outcome = self._restore_outcome, None
+        if outcome is not None:  # reopening after a restore in place failed: say both
+            self._report_restore(outcome)
         problem = describe(exc, self.data_dir)
         self.last_problem_code = problem.code
         log.error("startup failed: %s", problem.code)
@@ -434,6 +472,7 @@ class ConvMemApp(QObject):
                 scheduler=self.backups,
                 clients=runtime.clients.clients if runtime is not None else None,
                 activity=self.activity,
+                restore_in_place=self.restore_in_place,
             )
             if not self.has_tray:
                 self.window.menuBar().addMenu(self.tray.menu)
@@ -558,9 +597,21 @@ class ConvMemApp(QObject):
         self._quitting = True
         self.exit_code = EXIT_STARTUP_FAILED if self.state is AppState.ERROR else EXIT_OK
         opening = self.state in (AppState.STARTING, AppState.WAITING)
+        restoring = self.state is AppState.RESTORING
         self._set_state(AppState.QUITTING)
         self.tray.set_text("Quitting…")
         self.tray.set_engine_ready(False)
+        self._release_service()
+        if self.error_window is not None:
+            self.error_window.hide()
+        if restoring:
+            return  # the restore's worker reports back, then `_on_restore_done` finishes
+        if not opening:
+            self._stop_runtime()
+        # else: the open in progress reports back and `_on_opened` / `_on_open_failed` stop.
+
+    def _release_service(self) -> None:
+        """Everything that uses the runtime's service lets go of it (before it closes)."""
         self._health_timer.stop()
         self._change_timer.stop()
         for unsubscribe in self._unsubscribe:
@@ -573,12 +624,81 @@ class ConvMemApp(QObject):
         if self.window is not None:
             self.window.hide()
             if not self.window.shutdown():  # background reads end before the service closes
-                log.warning("the browser's background work outlasted the quit; closing anyway")
-        if self.error_window is not None:
-            self.error_window.hide()
-        if not opening:
-            self._stop_runtime()
-        # else: the open in progress reports back and `_on_opened` / `_on_open_failed` stop.
+                log.warning("the browser's background work outlasted the stop; closing anyway")
+
+    # ---- restore in place ----
+
+    def restore_in_place(self, backup: str) -> bool:
+        """Stop the runtime, put `backup` in place of the data dir (the current store renamed
+        aside, never overwritten), open the runtime again and report (`restoreFinished`, a
+        notification, the browser's status line). On any failure the current store is opened
+        again. False (nothing done) unless the app is running."""
+        runtime = self.runtime
+        if self.state is not AppState.RUNNING or self._quitting or runtime is None:
+            return False
+        if self._rebuilding:  # the rebuild's result would arrive from a closed store
+            self._notify("Restore not started", "A Rebuild index is running: try again after it.")
+            return False
+        self._set_state(AppState.RESTORING)
+        self.tray.set_text("Restoring…")
+        self.tray.set_engine_ready(False)
+        self._release_service()
+        window, self.window, self.portability = self.window, None, None
+        if window is not None:  # it shows the old service: a new one opens with the new store
+            for watcher in window.findChildren(_CloseWatcher):
+                window.removeEventFilter(watcher)
+            window.close()
+            window.deleteLater()
+        data_dir = self.data_dir
+
+        def restore() -> None:  # a worker thread, once the runtime has stopped
+            from convmem_engine.transfer.backup import restore_backup
+
+            try:
+                info, aside = restore_backup(backup, data_dir, in_place=True)
+            except Exception as exc:
+                error = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+                self._restoreDone.emit(RestoreOutcome(backup, None, None, error))
+            else:
+                self._restoreDone.emit(RestoreOutcome(backup, aside, info.messages, None))
+
+        def stop(_pending: object = None) -> None:
+            future = runtime.stop_async(self.quit_grace)
+            future.add_done_callback(
+                lambda _f: self._workers.submit(restore).add_done_callback(_log_worker_failure)
+            )
+
+        pending = self.http.detach()  # an HTTP (re)start in progress ends first
+        if pending is not None and not pending.done():
+            pending.add_done_callback(stop)
+        else:
+            stop()
+        return True
+
+    def _on_restore_done(self, outcome: RestoreOutcome) -> None:
+        if outcome.ok:
+            log.info("restored in place; the previous store is kept aside")
+        else:
+            log.error("restore in place failed; reopening the current store")
+        if self._quitting:
+            self._report_restore(outcome)
+            self._finish()
+            return
+        if self.bridge is not None:
+            self.bridge.deleteLater()
+            self.bridge = None
+        self._restore_outcome = outcome
+        self._set_state(AppState.STARTING)
+        self.tray.set_text("Starting…")
+        self.runtime = Runtime(self.data_dir)
+        self._submit_open(self.runtime)
+
+    def _report_restore(self, outcome: RestoreOutcome) -> None:
+        title = "Backup restored" if outcome.ok else "Restore failed"
+        self._notify(title, outcome.text(), critical=not outcome.ok)
+        if self.window is not None:
+            self.window.status_text.setText(outcome.text())
+        self.restoreFinished.emit(outcome)
 
     def _stop_runtime(self) -> None:
         """Stop the runtime without blocking the GUI loop (the pipe drains on it); `_finish`

@@ -387,6 +387,10 @@ def restore_backup(
         os.rename(work, target)
         fsync_dir(parent)
     except OSError as e:
+        if aside is not None and not os.path.exists(target):
+            with contextlib.suppress(OSError):  # put the current store back where it was
+                os.rename(aside, target)
+                fsync_dir(parent)
         raise BackupError(f"restore: cannot put the backup in place: {e.strerror or e}") from None
     finally:
         if os.path.isdir(work):

@@ -356,3 +356,101 @@ def test_the_browser_welcomes_then_shows_the_connected_host_and_its_writes(
     for stream in (shim.stdout, shim.stderr):
         if stream is not None:
             stream.close()
+
+
+def _restore_in_place_from_the_dialog(qtbot: QtBot, app: ConvMemApp, backup: str) -> Any:
+    """Backup dialog → Restore in place… → confirm; returns the app's RestoreOutcome."""
+    from PySide6.QtWidgets import QMessageBox
+
+    app.show_window()
+    assert app.portability is not None
+    dialog = app.portability.open_backup()
+    assert dialog is not None
+    dialog.reload()
+    rows = [dialog.backups.item(i).data(256) for i in range(dialog.backups.count())]
+    dialog.backups.setCurrentRow(rows.index(backup))
+    assert dialog.in_place_button.isVisibleTo(dialog) and dialog.in_place.text() == ""
+    with qtbot.waitSignal(dialog.restoreConfirmationShown) as shown:
+        dialog.in_place_button.click()
+    box = shown.args[0]
+    assert f"{app.data_dir}.before-restore-" in box.informativeText()
+    assert "never overwritten" in box.informativeText()
+    with qtbot.waitSignal(app.restoreFinished, timeout=60_000) as finished:
+        box.button(QMessageBox.StandardButton.Yes).click()
+    qtbot.waitUntil(lambda: app.state == "running", timeout=30_000)
+    return finished.args[0]
+
+
+def test_restore_in_place_from_the_browser_stops_restores_and_reopens(
+    qtbot: QtBot, make_app: MakeApp
+) -> None:
+    from convmem_engine.tools import ToolRegistry
+    from convmem_engine.transfer.backup import create_backup
+
+    app = started(qtbot, make_app())
+    service = app.service
+    assert service is not None and app.backups is not None
+    tools = ToolRegistry.for_service(service)
+    for i in range(3):
+        tools.call("write_message", {"session_id": "s", "role": "user", "content": f"kept {i}"})
+    backup = create_backup(app.data_dir, app.backups.folder)  # online, the app keeps running
+    tools.call("write_message", {"session_id": "s", "role": "user", "content": "after backup"})
+    old_window = app.window
+
+    outcome = _restore_in_place_from_the_dialog(qtbot, app, backup.path)
+    assert outcome.ok and outcome.messages == 3, outcome
+    # the data is the backup's, served by a new runtime, shown in a new window
+    restored = app.service
+    assert restored is not None and restored is not service
+    history = restored.read_messages(view="history", session_id="s")["history"]
+    assert [m["content"] for m in history] == ["kept 0", "kept 1", "kept 2"]
+    assert app.window is not None and app.window is not old_window
+    assert app.window.service is restored and "previous store is kept" in (
+        app.window.status_text.text()
+    )
+    # the old store is kept beside it, whole: it still holds the message written after
+    aside = Path(str(outcome.aside))
+    assert aside.parent == app.data_dir.parent
+    assert aside.name.startswith(f"{app.data_dir.name}.before-restore-")
+    with MemoryService.open(aside) as old:
+        contents = [
+            m["content"] for m in old.read_messages(view="history", session_id="s")["history"]
+        ]
+    assert contents == ["kept 0", "kept 1", "kept 2", "after backup"]
+    # hosts are served again over the pipe
+    shim = raw_shim(app.data_dir)
+    assert shim.stdin is not None and shim.stdout is not None
+    qtbot.waitUntil(lambda: app.host_count == 1, timeout=30_000)
+    shim.stdin.close()
+    assert shim.wait(30) == 0
+    for stream in (shim.stdout, shim.stderr):
+        if stream is not None:
+            stream.close()
+
+
+def test_a_failed_restore_in_place_reopens_the_current_store_and_says_why(
+    qtbot: QtBot, make_app: MakeApp
+) -> None:
+    from convmem_engine.tools import ToolRegistry
+    from convmem_engine.transfer.backup import create_backup
+
+    app = started(qtbot, make_app())
+    service = app.service
+    assert service is not None and app.backups is not None
+    tools = ToolRegistry.for_service(service)
+    tools.call("write_message", {"session_id": "s", "role": "user", "content": "current"})
+    backup = create_backup(app.data_dir, app.backups.folder)
+    log = Path(backup.path) / "active.log"  # damage the backup: one flipped byte
+    data = bytearray(log.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    log.write_bytes(bytes(data))
+    tools.call("write_message", {"session_id": "s", "role": "user", "content": "newer"})
+
+    outcome = _restore_in_place_from_the_dialog(qtbot, app, backup.path)
+    assert not outcome.ok and outcome.aside is None
+    assert "restore failed and the current store was opened again" in outcome.text()
+    reopened = app.service
+    assert reopened is not None and reopened is not service
+    history = reopened.read_messages(view="history", session_id="s")["history"]
+    assert [m["content"] for m in history] == ["current", "newer"]
+    assert not list(app.data_dir.parent.glob(f"{app.data_dir.name}.before-restore-*"))
