@@ -20,6 +20,7 @@ from typing import Any, Final
 
 from convmem_engine.agent.config import ImageLimits
 from convmem_engine.agent.texts import text
+from convmem_engine.domain.errors import ValidationError
 
 AGENT_RUN_SCHEMA: Final[dict[str, Any]] = {
     "type": "object",
@@ -85,12 +86,8 @@ _UUID: Final = re.compile(
 _NAME: Final = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
-class AgentInputError(Exception):
+class AgentInputError(ValidationError):
     """An agent tool's arguments are invalid; answered as a tool error (`isError`)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)

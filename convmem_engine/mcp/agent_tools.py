@@ -1,7 +1,8 @@
 """`agent_run` / `agent_status` on an MCP server, and the Tasks extension (SEP-2663).
 
-`attach_agent(server, agent)` adds the two tools to a low-level SDK `Server` (listed only while
-`enabled: true`), and the `io.modelcontextprotocol/tasks` extension, built on the SDK's
+`build_agent_server(service, agent)` serves the tool registry with the two agent tools
+(`convmem_engine.agent.tools`, registered only while `enabled: true`) and the
+`io.modelcontextprotocol/tasks` extension, built on the SDK's
 `Extension` API (`MethodBinding`s for `tasks/get`, `tasks/update`, `tasks/cancel`, and an
 `intercept_tool_call` for `agent_run`), advertised under `capabilities.extensions`.
 
@@ -27,9 +28,7 @@ so `inputResponses` are ignored.
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio.to_thread
@@ -42,60 +41,24 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
 from convmem_engine.agent.config import AgentConfig, agent_request_bytes
-from convmem_engine.agent.texts import queued_text
-from convmem_engine.agent.validation import (
-    AGENT_RUN_SCHEMA,
-    AGENT_STATUS_SCHEMA,
-    AgentInputError,
-    is_uuid,
-)
+from convmem_engine.agent.service import Submitted
+from convmem_engine.agent.tools import AGENT_RUN, AGENT_TOOLS
+from convmem_engine.agent.validation import is_uuid
+from convmem_engine.domain.errors import ConvMemError
 from convmem_engine.mcp.line_transport import MAX_LINE_BYTES
+from convmem_engine.mcp.server import build_server
+from convmem_engine.tools import ToolRegistry
+from convmem_engine.tools.registry import error_text
 
 if TYPE_CHECKING:
     from convmem_engine.agent.service import AgentService
     from convmem_engine.agent.store import Task
+    from convmem_engine.service import MemoryService
 
 log = logging.getLogger(__name__)
 
 TASKS_EXTENSION: Final = "io.modelcontextprotocol/tasks"
 POLL_INTERVAL_MS: Final = 1000
-
-AGENT_RUN_TOOL: Final = types.Tool(
-    name="agent_run",
-    title="Run the memory agent",
-    description=(
-        "Queue a natural-language memory task for ConvMem's local agent (an Ollama model that "
-        "works with the memory tools). Answers at once with task_id and session_id; poll "
-        "agent_status until the status is completed, failed or cancelled."
-    ),
-    input_schema=AGENT_RUN_SCHEMA,
-    annotations=types.ToolAnnotations(
-        title="Run the memory agent",
-        read_only_hint=False,
-        destructive_hint=True,
-        open_world_hint=False,
-    ),
-)
-
-AGENT_STATUS_TOOL: Final = types.Tool(
-    name="agent_status",
-    title="Memory agent task status",
-    description=(
-        "State, progress, token usage and result of a memory agent task started by agent_run."
-    ),
-    input_schema=AGENT_STATUS_SCHEMA,
-    annotations=types.ToolAnnotations(
-        title="Memory agent task status",
-        read_only_hint=True,
-        destructive_hint=False,
-        open_world_hint=False,
-    ),
-)
-
-AGENT_TOOLS: Final = {
-    AGENT_RUN_TOOL.name: AGENT_RUN_TOOL,
-    AGENT_STATUS_TOOL.name: AGENT_STATUS_TOOL,
-}
 
 
 def transport_line_limit(config: AgentConfig) -> int:
@@ -138,8 +101,9 @@ class TasksExtension(Extension):
 
     identifier = TASKS_EXTENSION
 
-    def __init__(self, agent: AgentService) -> None:
+    def __init__(self, agent: AgentService, registry: ToolRegistry) -> None:
         self.agent = agent
+        self.registry = registry
 
     def methods(self) -> list[MethodBinding]:
         modern = frozenset(MODERN_PROTOCOL_VERSIONS)
@@ -155,17 +119,19 @@ class TasksExtension(Extension):
         ctx: ServerRequestContext[Any, Any],
         call_next: CallNext,
     ) -> HandlerResult:
-        if params.name != AGENT_RUN_TOOL.name or not self.agent.config.enabled:
-            return await call_next(ctx)
-        if not declares_tasks_extension(ctx):
+        spec = self.registry.get(params.name)
+        if spec is None or spec is not AGENT_RUN or not declares_tasks_extension(ctx):
             return await call_next(ctx)
         arguments = dict(params.arguments or {})
+
+        def submit() -> Submitted:
+            self.registry.validate(AGENT_RUN.name, arguments)  # the schema check, as tools/call
+            return self.agent.submit(arguments)
+
         try:
-            submitted = await anyio.to_thread.run_sync(
-                functools.partial(self.agent.submit, arguments)
-            )
-        except AgentInputError as error:
-            return _text_result(error.message, is_error=True)
+            submitted = await anyio.to_thread.run_sync(submit)
+        except ConvMemError as error:
+            return _text_result(error_text(spec, error), is_error=True)
         task = self.agent.get(submitted.task_id)
         assert task is not None  # durably created before submit returned
         return {"resultType": "task", **self.task_json(task)}
@@ -240,57 +206,38 @@ def _version_gated(binding: MethodBinding) -> Any:
     return gated
 
 
-def attach_agent(server: Server[Any], agent: AgentService) -> TasksExtension:
-    """Add `agent_run`/`agent_status` and the Tasks extension to `server`."""
-    list_entry = server.get_request_handler("tools/list")
+def agent_registry(service: MemoryService, agent: AgentService) -> ToolRegistry:
+    """The memory tools, and `agent_run`/`agent_status` when the agent is enabled."""
+    registry = ToolRegistry.for_service(service)
+    if agent.config.enabled:
+        registry = registry.with_tools(AGENT_TOOLS, agent)
+    return registry
+
+
+def install_tasks_extension(
+    server: Server[Any], agent: AgentService, registry: ToolRegistry
+) -> TasksExtension:
+    """Apply the Tasks extension to a low-level server: its methods, its `tools/call`
+    interceptor and its capability (what `MCPServer(extensions=[...])` does for the
+    high-level server)."""
     call_entry = server.get_request_handler("tools/call")
-    assert list_entry is not None and call_entry is not None
-    list_tools = list_entry.handler
-    call_tool = call_entry.handler
-    schema_of = server.get_tool_input_schema
-
-    async def list_with_agent(ctx: ServerRequestContext[Any, Any], params: Any) -> HandlerResult:
-        result = await list_tools(ctx, params)
-        if not agent.config.enabled or not isinstance(result, types.ListToolsResult):
-            return result
-        return result.model_copy(update={"tools": [*result.tools, *AGENT_TOOLS.values()]})
-
-    async def call_with_agent(
-        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-    ) -> HandlerResult:
-        if params.name not in AGENT_TOOLS or not agent.config.enabled:
-            return await call_tool(ctx, params)
-        arguments = dict(params.arguments or {})
-        try:
-            if params.name == AGENT_RUN_TOOL.name:
-                submitted = await anyio.to_thread.run_sync(
-                    functools.partial(agent.submit, arguments)
-                )
-                return _text_result(
-                    queued_text(submitted.task_id, submitted.session_id, agent.config.language)
-                )
-            text = await anyio.to_thread.run_sync(functools.partial(agent.status, arguments))
-            return _text_result(text)
-        except AgentInputError as error:
-            return _text_result(error.message, is_error=True)
-        except Exception as exc:
-            log.error("%s failed with %s", params.name, type(exc).__name__)
-            return _text_result(f"{params.name} failed unexpectedly; see the log", is_error=True)
-
-    def schema_with_agent(name: str) -> Mapping[str, Any] | None:
-        if name in AGENT_TOOLS and agent.config.enabled:
-            return AGENT_TOOLS[name].input_schema
-        return schema_of(name) if schema_of is not None else None
-
-    extension = TasksExtension(agent)
+    assert call_entry is not None
+    extension = TasksExtension(agent, registry)
     for binding in extension.methods():
         server.add_request_handler(binding.method, binding.params_type, _version_gated(binding))
     server.extensions[extension.identifier] = extension.settings()
-    server.add_request_handler("tools/list", list_entry.params_type, list_with_agent)
     server.add_request_handler(
         "tools/call",
         types.CallToolRequestParams,
-        compose_tool_call_handler([extension], call_with_agent),
+        compose_tool_call_handler([extension], call_entry.handler),
     )
-    server.get_tool_input_schema = schema_with_agent
     return extension
+
+
+def build_agent_server(service: MemoryService, agent: AgentService) -> Server[Any]:
+    """The MCP server of a runtime with the agent: the registry's tools (the agent's listed
+    only when enabled) and the Tasks extension."""
+    registry = agent_registry(service, agent)
+    server = build_server(registry)
+    install_tasks_extension(server, agent, registry)
+    return server

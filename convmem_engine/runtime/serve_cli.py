@@ -39,8 +39,7 @@ from convmem_engine.agent import AgentConfigError
 from convmem_engine.agent.part import AgentPart
 from convmem_engine.agent.store import AgentStoreError
 from convmem_engine.domain.errors import BusyError, ConvMemError
-from convmem_engine.mcp.agent_tools import attach_agent, transport_line_limit
-from convmem_engine.mcp.server import build_server
+from convmem_engine.mcp.agent_tools import build_agent_server, transport_line_limit
 from convmem_engine.runtime.http_listener import (
     HttpOptions,
     add_http_arguments,
@@ -130,9 +129,8 @@ def agent_runtime(data_dir: Path) -> tuple[Runtime, AgentPart]:
     part = AgentPart()
 
     def build(service: MemoryService) -> Server[Any]:
-        server = build_server(service)
         assert part.agent is not None  # parts start before the server is built
-        attach_agent(server, part.agent)
+        server = build_agent_server(service, part.agent)
         runtime.max_line_bytes = transport_line_limit(part.agent.config)
         return server
 

@@ -23,8 +23,8 @@ from pydantic import Field, TypeAdapter
 
 from convmem_engine.agent import AgentConfig, AgentService, save_config
 from convmem_engine.agent.config import ImageLimits
-from convmem_engine.mcp import build_server
-from convmem_engine.mcp.agent_tools import TASKS_EXTENSION, attach_agent
+from convmem_engine.agent.validation import AGENT_RUN_SCHEMA, AGENT_STATUS_SCHEMA
+from convmem_engine.mcp.agent_tools import TASKS_EXTENSION, build_agent_server
 from convmem_engine.service import MemoryService
 from tests.agent.agent_helpers import status_lines
 from tests.agent.fake_ollama import FakeOllama, Reply
@@ -143,6 +143,8 @@ async def test_tools_without_the_extension_answer_the_seeds_texts(
     async with Client(stdio_client(serve_params(data)), mode=mode) as client:  # type: ignore[arg-type]
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
         run, status = tools["agent_run"], tools["agent_status"]
+        assert run.input_schema == AGENT_RUN_SCHEMA  # the seed's schemas, exactly
+        assert status.input_schema == AGENT_STATUS_SCHEMA
         assert run.input_schema["properties"]["images"]["items"]["required"] == [
             "mime_type",
             "data_base64",
@@ -174,9 +176,12 @@ async def test_tools_without_the_extension_answer_the_seeds_texts(
         # input errors are tool errors; nothing queued
         bad = await client.call_tool("agent_run", {"request": "   "})
         assert bad.is_error is True
-        assert text_of(bad) == "request: must not be empty or only whitespace"
+        assert text_of(bad) == (
+            "error: VALIDATION_ERROR\nmessage: request: must not be empty or only whitespace"
+        )
         bad = await client.call_tool("agent_run", {"request": "x", "colour": "red"})
-        assert bad.is_error is True and text_of(bad).startswith("colour: unknown argument")
+        assert bad.is_error is True
+        assert text_of(bad).startswith("error: VALIDATION_ERROR\nmessage: unknown argument colour")
         zero = "00000000-0000-0000-0000-000000000000"
         missing = await client.call_tool("agent_status", {"task_id": zero})
         assert missing.is_error is False
@@ -284,7 +289,9 @@ async def test_a_failed_agent_task_is_completed_with_is_error_under_the_extensio
         # input errors stay tool errors, never a task
         bad = await client.call_tool("agent_run", {"request": "x", "temperature": 2.5})
         assert bad.is_error is True
-        assert text_of(bad) == "temperature: must be between 0.0 and 2.0"
+        assert text_of(bad) == (
+            "error: VALIDATION_ERROR\nmessage: temperature: must be between 0.0 and 2.0"
+        )
     assert fake_ollama.chats == []
 
 
@@ -348,8 +355,7 @@ async def test_several_clients_share_one_queue_with_one_active_task(
         )
     )
     agent.start()
-    server = build_server(memory)
-    attach_agent(server, agent)
+    server = build_agent_server(memory, agent)
     ids: list[str] = []
     try:
 
