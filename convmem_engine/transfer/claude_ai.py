@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from convmem_engine.domain.message import Message
 from convmem_engine.transfer.records import (
-    ImportFormatError,
+    ConversationsSource,
     Skip,
     build_message,
     fitting_summary,
@@ -96,21 +96,10 @@ def message_text(msg: dict[str, Any]) -> str:
     return "\n\n".join(t for t in (text, *extras) if t)
 
 
-class ClaudeSource:
+class ClaudeSource(ConversationsSource):
     """Items of one Claude `conversations.json`; progress counts conversations."""
 
     name = SOURCE
-
-    def __init__(self, data: object) -> None:
-        if not isinstance(data, list):
-            raise ImportFormatError("conversations.json: must be a JSON array of conversations")
-        self._data: list[Any] = data
-        self.total = len(data)
-
-    def items(self) -> Iterator[tuple[int, Message | Skip]]:
-        for ci, conv in enumerate(self._data, 1):
-            for item in self._conversation(ci, conv):
-                yield ci - 1, item
 
     def _conversation(self, ci: int, conv: object) -> Iterator[Message | Skip]:
         pos = f"conversation {ci}"

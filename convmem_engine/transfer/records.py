@@ -15,8 +15,9 @@ repeat its content.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from ulid import ULID
 
@@ -39,6 +40,28 @@ class Skip:
 
     position: str
     reason: str
+
+
+class ConversationsSource:
+    """A `conversations.json` of a chat export (a JSON array of conversations): its items
+    conversation by conversation, progress counting conversations. A subclass names its source
+    and turns one conversation into messages and skips (`_conversation`)."""
+
+    name: str
+
+    def __init__(self, data: object) -> None:
+        if not isinstance(data, list):
+            raise ImportFormatError("conversations.json: must be a JSON array of conversations")
+        self._data: list[Any] = data
+        self.total = len(data)
+
+    def items(self) -> Iterator[tuple[int, Message | Skip]]:
+        for ci, conv in enumerate(self._data, 1):
+            for item in self._conversation(ci, conv):
+                yield ci - 1, item
+
+    def _conversation(self, ci: int, conv: object) -> Iterator[Message | Skip]:
+        raise NotImplementedError
 
 
 def identity_bits(*parts: str) -> int:
