@@ -68,6 +68,7 @@ from convmem_engine.domain.errors import BusyError
 from convmem_engine.mcp.http_config import claude_code_command
 from convmem_engine.mcp.http_token import TokenError
 from convmem_engine.runtime import ListenerError, Runtime, RuntimeHealth, RuntimeState
+from convmem_engine.runtime.serve_cli import agent_runtime
 
 if TYPE_CHECKING:
     from convmem_app.backup_schedule import BackupScheduler
@@ -309,8 +310,14 @@ class ConvMemApp(QObject):
         if self.has_tray:
             self.tray.show()
         if self.runtime is None or self.runtime.state is RuntimeState.STOPPED:
-            self.runtime = Runtime(self.data_dir)
+            self.runtime = self._new_runtime()
         self._submit_open(self.runtime)
+
+    def _new_runtime(self) -> Runtime:
+        """The app's runtime: the store, its parts (the memory agent's queue, `agent.yaml`) and
+        a server that carries the agent tools when the agent is enabled (docs/agent.md)."""
+        runtime, _agent = agent_runtime(self.data_dir)
+        return runtime
 
     def _submit_open(self, runtime: Runtime) -> None:
         self._workers.submit(self._open_worker, runtime).add_done_callback(_log_worker_failure)
@@ -690,7 +697,7 @@ class ConvMemApp(QObject):
         self._restore_outcome = outcome
         self._set_state(AppState.STARTING)
         self.tray.set_text("Starting…")
-        self.runtime = Runtime(self.data_dir)
+        self.runtime = self._new_runtime()
         self._submit_open(self.runtime)
 
     def _report_restore(self, outcome: RestoreOutcome) -> None:
