@@ -4,7 +4,7 @@ What a user must be able to count on: the write that does not fit is refused wit
 not acknowledged, nothing acknowledged before it is lost, a compaction that does not fit
 leaves the old state whole, and once space is freed the same store takes writes again.
 
-Needs root (to mount a tmpfs); skipped elsewhere.
+Linux only (marked `linux`) and needs root (to mount a tmpfs); skipped elsewhere.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import pytest
 from convmem_engine.domain import StoreIOError
 from convmem_engine.service import MemoryService
 from tests.mcp.mcp_helpers import call, payload, serve_client
+
+pytestmark = pytest.mark.linux  # mounts a tmpfs
 
 SIZE_KIB = 256
 

@@ -16,6 +16,7 @@ from typing import Any
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from convmem_app.shim import launcher
 from convmem_app.shim.paths import endpoint
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -42,20 +43,37 @@ def start_app(data_dir: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]
 
 
 def control(data_dir: Path, command: str, timeout: float = 5.0) -> dict[str, Any] | None:
-    """One control message to the app for `data_dir` over a plain AF_UNIX socket."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
+    """One control message to the app for `data_dir`: over a plain AF_UNIX socket, or on
+    Windows over its named pipe through the shim's own pipe client."""
+    message = json.dumps({"convmem_control": command}).encode() + b"\n"
+    data = b""
+    if sys.platform == "win32":
         try:
-            sock.connect(endpoint(data_dir))
-        except (FileNotFoundError, ConnectionRefusedError):
+            conn = launcher.connect(endpoint(data_dir), timeout)
+        except launcher.NotListening:
             return None
-        sock.sendall(json.dumps({"convmem_control": command}).encode() + b"\n")
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = sock.recv(4096)
-            if not chunk:
-                break
-            data += chunk
+        try:
+            conn.send(message)
+            while not data.endswith(b"\n"):
+                chunk = conn.recv()
+                if not chunk:
+                    break
+                data += chunk
+        finally:
+            conn.close()
+    else:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            try:
+                sock.connect(endpoint(data_dir))
+            except (FileNotFoundError, ConnectionRefusedError):
+                return None
+            sock.sendall(message)
+            while not data.endswith(b"\n"):
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
     answer = json.loads(data) if data else None
     return answer if isinstance(answer, dict) else None
 

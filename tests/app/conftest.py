@@ -3,9 +3,7 @@ real `convmem app` process."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,16 +12,14 @@ from app_helpers import RunningApp, control, start_app, wait_gone, wait_listenin
 
 
 @pytest.fixture(autouse=True)
-def private_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Sockets in a short fresh directory (socket paths must stay under ~100 bytes); Qt settings
-    and autostart entries under the test's own config folder."""
-    runtime = Path(tempfile.mkdtemp(prefix="cmrt", dir="/tmp"))
-    runtime.chmod(0o700)
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+def private_dirs(tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Sockets in a short fresh directory (socket paths must stay under ~100 bytes; Windows uses
+    named pipes and ignores it); Qt settings and autostart entries under the test's own config
+    folder."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(short_tmp))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.delenv("CONVMEM_DATA_DIR", raising=False)
-    yield runtime
-    shutil.rmtree(runtime, ignore_errors=True)
+    return short_tmp
 
 
 @pytest.fixture

@@ -244,6 +244,7 @@ def test_quit_while_opening_still_finishes(qtbot: QtBot, make_app: MakeApp) -> N
     MemoryService.open(app.data_dir).close()
 
 
+@pytest.mark.posix  # a socket path over the AF_UNIX limit; pipe names have no such limit
 def test_a_pipe_that_cannot_listen_is_reported(
     qtbot: QtBot, make_app: MakeApp, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -257,6 +258,7 @@ def test_a_pipe_that_cannot_listen_is_reported(
     MemoryService.open(app.data_dir).close()  # the store was closed again: the lock is free
 
 
+@pytest.mark.posix  # the private socket directory (POSIX owner and modes)
 @pytest.mark.parametrize("planted", ["symlink", "other owner"])
 def test_a_refused_socket_directory_is_reported_as_such_and_retry_recovers(
     qtbot: QtBot, make_app: MakeApp, private_dirs: Path, tmp_path: Path, planted: str

@@ -40,6 +40,10 @@ from tool_results import call
 from convmem_app.shim.paths import endpoint
 from convmem_engine.service import MemoryService
 
+# The app over its AF_UNIX socket, SIGTERM, fork/setuid, socket modes: POSIX only (the
+# Windows named pipe is proved by tests/shim and the `windows` tests).
+pytestmark = pytest.mark.posix
+
 HOSTS = 16
 INITIALIZE = initialize_request("raw-host")
 
@@ -128,6 +132,7 @@ def test_many_hosts_kill_one_quit_while_writing_reopen(
     assert len(acknowledged) >= 3 * HOSTS + 6
 
 
+@pytest.mark.linux  # counts the app processes through /proc
 def test_shim_starts_the_app_from_cold(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     data_dir = tmp_path / "cold"
     errlog = (tmp_path / "shim.log").open("w")
@@ -276,6 +281,7 @@ def test_shim_usage_error_is_one_line(tmp_path: Path) -> None:
     assert result.stderr.count(b"\n") == 1
 
 
+@pytest.mark.linux  # finds the started app through /proc
 def test_shim_reports_an_app_that_cannot_start(tmp_path: Path) -> None:
     # The data dir is locked by another process that is no ConvMem app: the started app shows
     # BUSY (and stays to show it); the shim gives up after its start timeout with one line.

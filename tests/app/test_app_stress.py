@@ -25,7 +25,7 @@ from tool_results import call
 
 from convmem_engine.storage import Store
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.posix]  # SIGTERM, AF_UNIX control
 
 ROUNDS = 3
 HOSTS = 24

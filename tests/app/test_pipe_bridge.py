@@ -17,7 +17,8 @@ from convmem_app.shim.paths import endpoint
 from convmem_engine.runtime import Runtime
 from convmem_engine.service import MemoryService
 
-pytestmark = pytest.mark.gui
+# Talks to the bridge over raw AF_UNIX sockets (on Windows it listens on a named pipe).
+pytestmark = [pytest.mark.gui, pytest.mark.posix]
 
 
 INITIALIZE = lines(initialize_request("bridge-test"))

@@ -172,7 +172,7 @@ def test_new_files_and_missing_hosts(tmp_path: Path) -> None:
     }
 
 
-@pytest.mark.skipif(os.name == "nt", reason="symlinks need privileges on Windows")
+@pytest.mark.posix  # symlinks need privileges on Windows
 def test_a_symlinked_config_is_edited_at_its_target(tmp_path: Path) -> None:
     env = linux_env(tmp_path)
     dotfiles = tmp_path / "dotfiles" / "mcp.json"

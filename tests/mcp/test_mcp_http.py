@@ -307,7 +307,7 @@ def test_regenerate_replaces_the_token_and_the_old_one_stops_working(live: LiveH
     assert HttpToken(live.data_dir, {}).value() == new
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions and symlinks")
+@pytest.mark.posix  # POSIX permissions and symlinks
 def test_an_untrusted_token_file_is_replaced_never_followed(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     data_dir.mkdir()

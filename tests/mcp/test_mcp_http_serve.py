@@ -21,7 +21,7 @@ from convmem_engine.mcp.http_config import max_body_bytes
 from convmem_engine.mcp.http_token import ENV_VAR, TOKEN_FILE_NAME
 from convmem_engine.service import MemoryService
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+pytestmark = pytest.mark.posix  # SIGTERM
 
 
 def free_port() -> int:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import random
 import signal
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,7 @@ from reliability_log import Tally
 
 from convmem_engine.storage import Store
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs SIGKILL")
+pytestmark = pytest.mark.posix  # SIGKILL
 
 FAST_ROUNDS = 2
 SLOW_ROUNDS = 220

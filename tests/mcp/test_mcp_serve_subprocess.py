@@ -172,10 +172,11 @@ def test_error_codes_end_to_end(tmp_path: Path, mode: str) -> None:
         errlog.close()
 
 
+@pytest.mark.linux  # prlimit
 def test_io_error_end_to_end(tmp_path: Path) -> None:
     """A real write failure: the file-size limit (RLIMIT_FSIZE) stops the log from growing."""
-    if sys.platform == "win32" or not Path("/usr/bin/prlimit").exists():
-        pytest.skip("needs prlimit (Linux)")
+    if not Path("/usr/bin/prlimit").exists():
+        pytest.skip("needs prlimit (util-linux)")
     errlog = (tmp_path / "stderr.txt").open("w")
     data_dir = tmp_path / "data"
     MemoryService.open(data_dir).close()  # create the store first, under no limit
@@ -313,7 +314,7 @@ def test_stdin_eof_answers_pending_requests_and_exits_cleanly(tmp_path: Path) ->
         assert len(svc.read_messages(session_id="w")["history"]) == 20
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.posix  # SIGTERM, SIGINT
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_signal_during_writes_keeps_every_acknowledged_write(
     tmp_path: Path, signum: signal.Signals
@@ -505,7 +506,7 @@ def test_default_data_dir_comes_from_environment(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.posix  # SIGTERM, SIGINT
 def test_repeated_sigterm_at_random_moments_never_loses_an_acknowledged_write(
     tmp_path: Path,
 ) -> None:

@@ -78,7 +78,7 @@ class Recorder:
 
 
 class SocketListener:
-    """A listener serving each connection of a real AF_UNIX / loopback socket server."""
+    """A listener serving each connection of a real loopback TCP socket server (any platform)."""
 
     transport = "socket"
 

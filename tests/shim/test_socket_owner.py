@@ -21,10 +21,13 @@ from convmem_app.shim.paths import endpoint
 ROOT = Path(__file__).resolve().parent.parent.parent
 NOBODY = 65534
 
-pytestmark = pytest.mark.skipif(
-    sys.platform == "win32" or os.geteuid() != 0,
-    reason="needs root to act as a second user (Linux/macOS)",
-)
+pytestmark = [
+    pytest.mark.posix,
+    pytest.mark.skipif(
+        not hasattr(os, "geteuid") or os.geteuid() != 0,
+        reason="needs root to act as a second user (Linux/macOS)",
+    ),
+]
 
 
 @pytest.fixture

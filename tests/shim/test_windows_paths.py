@@ -46,7 +46,7 @@ def test_user_names_are_reduced_to_safe_characters() -> None:
     assert "\\" not in windows_pipe_name("C:\\data", "CORP\\ann")
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="the Unix socket path")
+@pytest.mark.posix  # the Unix socket path
 def test_elsewhere_the_endpoint_is_a_socket_in_a_private_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -239,7 +239,7 @@ def test_the_lock_file_lives_in_temp_on_windows(tmp_path: Path) -> None:
     assert shim.launch_lock_path("/run/x/abc.sock", windows=False) == "/run/x/abc.sock.launch"
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="emulates msvcrt with POSIX locks")
+@pytest.mark.posix  # emulates msvcrt with POSIX locks (fcntl)
 def test_the_msvcrt_lock_protocol(tmp_path: Path) -> None:
     msvcrt = EmulatedMsvcrt()
     locker = shim.MsvcrtLocker(msvcrt)
@@ -252,7 +252,7 @@ def test_the_msvcrt_lock_protocol(tmp_path: Path) -> None:
     assert msvcrt.calls == [("lock", 0, 1), ("unlock", 0, 1)]
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="emulates msvcrt with POSIX locks")
+@pytest.mark.posix  # emulates msvcrt with POSIX locks (fcntl)
 def test_a_held_launch_lock_makes_others_wait_then_give_up(tmp_path: Path) -> None:
     path = str(tmp_path / "pipe.launch")
     holder = subprocess.Popen(
@@ -330,11 +330,10 @@ def test_protocol_bytes_pass_unchanged_through_windows_stdio() -> None:
 
 
 @pytest.fixture
-def echo_server(tmp_path: Path) -> Iterator[str]:
-    """A real Unix socket server that echoes every byte back."""
-    if sys.platform == "win32":
-        pytest.skip("a Unix socket and a selector loop stand in for the pipe elsewhere")
-    path = str(tmp_path / "echo.sock")
+def echo_server(short_tmp: Path) -> Iterator[str]:
+    """A real Unix socket server that echoes every byte back (in a short folder: macOS's
+    tmp_path is too long for a socket path)."""
+    path = str(short_tmp / "echo.sock")
     server = socket.socket(socket.AF_UNIX)
     server.bind(path)
     server.listen()
@@ -361,6 +360,7 @@ def _open_unix(loop: Any, factory: Any, path: str) -> Any:
     return loop.create_unix_connection(factory, path)
 
 
+@pytest.mark.posix  # a Unix socket and a selector loop stand in for the pipe
 def test_the_loop_client_carries_large_data_both_ways(echo_server: str) -> None:
     conn = shim._LoopConnection(echo_server, 5.0, asyncio.SelectorEventLoop, _open_unix)
     try:
@@ -385,6 +385,7 @@ def test_the_loop_client_reports_nobody_listening(tmp_path: Path) -> None:
         )
 
 
+@pytest.mark.posix  # a Unix socket and a selector loop stand in for the pipe
 def test_the_loop_client_closes_when_verification_refuses(echo_server: str) -> None:
     seen: list[Any] = []
 

@@ -20,7 +20,7 @@ from convmem_engine.storage import Store
 
 CHILD = str(Path(__file__).with_name("storage_child.py"))
 
-pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+pytestmark = pytest.mark.posix  # SIGKILL
 
 
 class Child:

@@ -16,7 +16,7 @@ from convmem_engine.domain import StoreIOError, UnsafeDataDirError
 from convmem_engine.storage import Store
 from tests.mcp.mcp_helpers import child_env, serve_args
 
-pytestmark = pytest.mark.skipif(os.name == "nt", reason="POSIX modes and symlinks")
+pytestmark = pytest.mark.posix  # POSIX modes and symlinks
 
 
 def mode(p: Path) -> int:
