@@ -203,9 +203,8 @@ def test_agent_files_are_user_only_versioned_and_refused_when_damaged_or_newer(
     assert state.read_text() == "{not json"  # never overwritten
 
 
+@pytest.mark.posix  # symlinks need privileges on Windows
 def test_a_planted_symlink_is_not_written_through(tmp_path: Path, make_agent: AgentFactory) -> None:
-    if os.name == "nt":
-        pytest.skip("symlinks need privileges on Windows")
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
     agent = make_agent(start=False)
