@@ -43,6 +43,7 @@ from convmem_engine.agent.validation import AgentInputError
 if TYPE_CHECKING:
     from convmem_engine.agent.service import AgentService
     from convmem_engine.agent.store import AuditRecord, Task
+    from convmem_engine.service import MemoryService
 
 QUEUE_COLUMNS = ("Task", "State", "Progress", "Tokens", "Request")
 AUDIT_COLUMNS = ("Time", "Task", "Tool", "Message", "Revision", "OK")
@@ -53,6 +54,7 @@ class AgentPanel(QWidget):
     """Settings, requests, queue, results and audit of one `AgentService`."""
 
     openMessage = Signal(str)  # a message id from the audit journal, to show in the browser
+    openRequested = Signal(str, str)  # (message_id, session_id), when a service is given
     _taskChanged = Signal(object)  # from the agent's threads; delivered on the GUI thread
 
     def __init__(
@@ -60,9 +62,12 @@ class AgentPanel(QWidget):
         agent: AgentService,
         data_dir: str | os.PathLike[str],
         parent: QWidget | None = None,
+        *,
+        service: MemoryService | None = None,
     ) -> None:
         super().__init__(parent)
         self.agent = agent
+        self.service = service
         self.data_dir = os.fspath(data_dir)
         self.jobs = JobRunner(self)
         self._rows: dict[str, int] = {}
@@ -70,6 +75,8 @@ class AgentPanel(QWidget):
         self._load_settings(agent.config)
         self._taskChanged.connect(self._on_task_changed, Qt.ConnectionType.QueuedConnection)
         self._unsubscribe = agent.subscribe(self._taskChanged.emit)
+        unsubscribe = self._unsubscribe
+        self.destroyed.connect(lambda *_args: unsubscribe())
         for task in agent.tasks():
             self._show_task(task)
         self.refresh_audit()
@@ -393,8 +400,24 @@ class AgentPanel(QWidget):
     def _on_audit_clicked(self, row: int, _column: int) -> None:
         item = self.audit_table.item(row, 3)
         ids = [] if item is None else item.data(Qt.ItemDataRole.UserRole)
-        if ids:
-            self.openMessage.emit(str(ids[0]))
+        if not ids:
+            return
+        message_id = str(ids[0])
+        self.openMessage.emit(message_id)
+        service = self.service
+        if service is None:
+            return
+
+        def session_of(_job: Any) -> str:
+            found = service.read_messages(
+                view="context", message_id=message_id, before=0, after=0, relation_depth=0
+            )
+            return str(found["message"]["session_id"])
+
+        def gone(_exc: BaseException) -> None:
+            self.request_label.setText("That message no longer exists (deleted).")
+
+        self.jobs.run(session_of, lambda sid: self.openRequested.emit(message_id, str(sid)), gone)
 
     # -- closing ---------------------------------------------------------------------------
 

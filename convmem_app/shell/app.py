@@ -54,7 +54,7 @@ from PySide6.QtCore import (
 )
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtNetwork import QLocalSocket
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QWidget
 
 from convmem_app.hosts.configure import shim_command
 from convmem_app.shell import autostart, claude_desktop
@@ -244,6 +244,7 @@ class ConvMemApp(QObject):
         # issue 16: the browser's import/export/backup/hosts additions, the automatic backups
         # and the activity feed (who changed what), made when the runtime runs
         self.portability: Portability | None = None
+        self.agent_panel: QWidget | None = None  # the Agent tab, when the agent part runs
         self.backups: BackupScheduler | None = None
         self.activity: ActivityLog | None = None
         self.error_window: StartupErrorWindow | None = None
@@ -457,6 +458,20 @@ class ConvMemApp(QObject):
         self.tray.set_hosts(count, names)
         self.hostsChanged.emit(count)
 
+    def _add_agent_tab(self, window: Any, service: Any, runtime: Runtime | None) -> None:
+        """The Agent tab (docs/agent.md), on the runtime's agent queue."""
+        from convmem_engine.agent.part import AgentPart
+
+        part = runtime.part(AgentPart.name) if runtime is not None else None
+        if not isinstance(part, AgentPart) or part.agent is None:
+            return
+        from convmem_app.browser.agent_panel import AgentPanel
+
+        panel = AgentPanel(part.agent, self.data_dir, service=service)
+        panel.openRequested.connect(window.open_message)
+        window.tabs.addTab(panel, "A&gent")
+        self.agent_panel = panel
+
     def show_window(self) -> None:
         if self.state is AppState.ERROR and self.error_window is not None:
             self.error_window.show()
@@ -481,6 +496,7 @@ class ConvMemApp(QObject):
                 activity=self.activity,
                 restore_in_place=self.restore_in_place,
             )
+            self._add_agent_tab(self.window, service, runtime)
             if not self.has_tray:
                 self.window.menuBar().addMenu(self.tray.menu)
                 self.window.installEventFilter(_CloseWatcher(self.quit, self.window))

@@ -308,6 +308,10 @@ class Runtime:
 
     # ---- health ---------------------------------------------------------------------------
 
+    def part(self, name: str) -> Part | None:
+        """The part called `name` given at construction (None when there is none)."""
+        return next((part for part in self._parts if part.name == name), None)
+
     def health(self) -> RuntimeHealth:
         """The runtime's health: its state, the store's `get_system_health`, the clients, the
         listeners and each part. Blocks briefly (the store's read lock); any thread."""

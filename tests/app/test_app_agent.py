@@ -98,3 +98,37 @@ def test_a_broken_agent_yaml_is_a_startup_error_naming_the_key(
     window = app.error_window
     assert window is not None
     assert "budgets.max_steps: must be an integer" in window.detail_label.text()
+
+
+def test_the_window_has_an_agent_tab_on_the_runtimes_queue(
+    qtbot: QtBot, app: ConvMemApp, fake: FakeOllama, tmp_path: Path
+) -> None:
+    from convmem_app.browser.agent_panel import AgentPanel
+    from convmem_engine.agent.part import AgentPart
+
+    config = AgentConfig(enabled=True, ollama_host=fake.host, ollama_model="memo")
+    (tmp_path / "data").mkdir()
+    save_config(tmp_path / "data", config)
+    fake.replies = [
+        Reply(content="1. Write"),
+        Reply(tool_calls=[("write_message", {"session_id": "s", "role": "user", "content": "x"})]),
+        Reply(content="Written."),
+    ]
+    app.start()
+    qtbot.waitUntil(lambda: app.state == "running", timeout=30_000)
+    app.show_window()
+    window = app.window
+    assert window is not None
+    panel = app.agent_panel
+    assert isinstance(panel, AgentPanel)
+    tabs = [window.tabs.tabText(i) for i in range(window.tabs.count())]
+    assert tabs[-1] == "A&gent"
+    part = app.runtime.part("agent") if app.runtime is not None else None
+    assert isinstance(part, AgentPart) and panel.agent is part.agent
+    panel.request_edit.setPlainText("remember x")
+    panel.run_button.click()
+    qtbot.waitUntil(lambda: panel.audit_table.rowCount() == 1, timeout=30_000)
+    message_id = panel.agent.audit()[0].message_ids[0]
+    with qtbot.waitSignal(panel.openRequested, timeout=10_000) as opened:
+        panel.audit_table.cellClicked.emit(0, 3)
+    assert opened.args == [message_id, "s"]
