@@ -65,8 +65,11 @@ class Writer:
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
-            if line.startswith("A "):
-                self.acked.append(line.split()[1])
+            # Only whole lines count: the kill in stop() can cut the last one short ("A" with
+            # no id), which is no acknowledgement (and used to raise here: a thread exception).
+            words = line.split()
+            if line.endswith("\n") and len(words) == 2 and words[0] == "A":
+                self.acked.append(words[1])
                 if len(self.acked) >= 200:
                     self.enough.set()
 
