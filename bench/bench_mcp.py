@@ -270,60 +270,64 @@ def cold_start(data_dir: Path) -> dict[str, float]:
 # ---- 4. the app with N hosts through shims --------------------------------------------------
 
 
-async def _worker(command: list[str], n: int, tag: str, go: Path) -> dict[str, Any]:
+async def _drive(
+    params: Any, n: int, warm: tuple[str, dict[str, Any]], write: Any, go: Path
+) -> dict[str, Any]:
+    """One SDK client on `params`: warm up with one call, say "ready", wait for `go`, then
+    make `n` writes (`write(i)` gives the tool, its arguments and the id it acknowledges)."""
     from mcp.client import Client
-    from mcp.client.stdio import StdioServerParameters, stdio_client
+    from mcp.client.stdio import stdio_client
 
-    params = StdioServerParameters(command=command[0], args=command[1:], env=child_env())
     latencies: list[float] = []
     acknowledged: list[str] = []
     load_corpus()  # loaded before the clock starts
     with open(os.devnull, "w") as errlog:
         async with Client(stdio_client(params, errlog=errlog)) as client:
-            await client.call_tool("get_system_health", {})  # connected and warm
+            await client.call_tool(*warm)  # connected and warm
             print("ready", flush=True)
             while not go.exists():
                 time.sleep(0.005)
             began = time.perf_counter()
             for i in range(n):
-                args = write_args(i, tag)
+                tool, args, ack = write(i)
                 t = time.perf_counter()
-                result = await client.call_tool("write_message", args)
+                result = await client.call_tool(tool, args)
                 latencies.append((time.perf_counter() - t) * 1000)
                 if not result.is_error:
-                    acknowledged.append(json.loads(result.content[0].text)["message"]["message_id"])  # type: ignore[union-attr]
+                    acknowledged.append(ack(result))
             ended = time.perf_counter()
     return {"latencies": latencies, "acknowledged": acknowledged, "began": began, "ended": ended}
 
 
+async def _worker(command: list[str], n: int, tag: str, go: Path) -> dict[str, Any]:
+    """A host writing to ConvMem (through the shim or `convmem serve`)."""
+    from mcp.client.stdio import StdioServerParameters
+
+    def message_id(result: Any) -> str:
+        return str(json.loads(result.content[0].text)["message"]["message_id"])
+
+    def write(i: int) -> tuple[str, dict[str, Any], Any]:
+        return "write_message", write_args(i, tag), message_id
+
+    params = StdioServerParameters(command=command[0], args=command[1:], env=child_env())
+    return await _drive(params, n, ("get_system_health", {}), write, go)
+
+
 async def _peer_worker(command: list[str], n: int, tag: str, go: Path) -> dict[str, Any]:
-    from mcp.client import Client
-    from mcp.client.stdio import StdioServerParameters, stdio_client
+    """A host writing to the reference memory server: one entity per message; the last word
+    of `command` is its memory file."""
+    from mcp.client.stdio import StdioServerParameters
+
+    def write(i: int) -> tuple[str, dict[str, Any], Any]:
+        _, _, content = load_corpus()[i * 37 % len(load_corpus())]
+        name = f"{tag}-{i}"
+        entity = {"name": name, "entityType": "message", "observations": [content]}
+        return "create_entities", {"entities": [entity]}, lambda _result: name
 
     env = child_env()
     env["MEMORY_FILE_PATH"] = command[-1]
     params = StdioServerParameters(command=command[0], args=command[1:-1], env=env)
-    latencies: list[float] = []
-    acknowledged: list[str] = []
-    load_corpus()  # loaded before the clock starts
-    with open(os.devnull, "w") as errlog:
-        async with Client(stdio_client(params, errlog=errlog)) as client:
-            await client.call_tool("read_graph", {})  # connected and warm
-            print("ready", flush=True)
-            while not go.exists():
-                time.sleep(0.005)
-            began = time.perf_counter()
-            for i in range(n):
-                _, _, content = load_corpus()[i * 37 % len(load_corpus())]
-                name = f"{tag}-{i}"
-                entity = {"name": name, "entityType": "message", "observations": [content]}
-                t = time.perf_counter()
-                result = await client.call_tool("create_entities", {"entities": [entity]})
-                latencies.append((time.perf_counter() - t) * 1000)
-                if not result.is_error:
-                    acknowledged.append(name)
-            ended = time.perf_counter()
-    return {"latencies": latencies, "acknowledged": acknowledged, "began": began, "ended": ended}
+    return await _drive(params, n, ("read_graph", {}), write, go)
 
 
 def worker_main(kind: str, command: list[str], n: int, tag: str, go: str, out: str) -> int:

@@ -141,15 +141,10 @@ def write_derived(
 
 
 def _read_exact(fs: FileSystem, fd: int, n: int) -> bytes:
-    parts = []
-    have = 0
-    while have < n:
-        chunk = fs.read(fd, n - have)
-        if not chunk:
-            raise DerivedError("unexpected end of file")
-        parts.append(chunk)
-        have += len(chunk)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+    try:
+        return fs.read_exact(fd, n)
+    except EOFError:
+        raise DerivedError("unexpected end of file") from None
 
 
 class DerivedReader:

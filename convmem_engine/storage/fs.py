@@ -157,6 +157,19 @@ class FileSystem:
     def read(self, fd: int, size: int) -> bytes:
         return os.read(fd, size)
 
+    def read_exact(self, fd: int, size: int) -> bytes:
+        """Exactly `size` bytes through `read` (looping over short reads); EOFError when the
+        file ends first."""
+        parts = []
+        have = 0
+        while have < size:
+            chunk = self.read(fd, size - have)
+            if not chunk:
+                raise EOFError
+            parts.append(chunk)
+            have += len(chunk)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
     def seek(self, fd: int, offset: int) -> None:
         os.lseek(fd, offset, os.SEEK_SET)
 

@@ -172,15 +172,10 @@ def read_meta(fs: FileSystem, fd: int) -> tuple[SnapshotMeta, int]:
 
 
 def _read_exact(fs: FileSystem, fd: int, n: int) -> bytes:
-    parts = []
-    have = 0
-    while have < n:
-        chunk = fs.read(fd, n - have)
-        if not chunk:
-            raise SnapshotError("unexpected end of file")
-        parts.append(chunk)
-        have += len(chunk)
-    return b"".join(parts)
+    try:
+        return fs.read_exact(fd, n)
+    except EOFError:
+        raise SnapshotError("unexpected end of file") from None
 
 
 def read_body(fs: FileSystem, fd: int, meta: SnapshotMeta) -> dict[str, Message]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +21,6 @@ from convmem_engine.transfer import (
     run_import,
 )
 from convmem_engine.transfer.exporter import markdown_name
-
-
-@pytest.fixture
-def svc(tmp_path: Path) -> Iterator[MemoryService]:
-    service = MemoryService.open(tmp_path / "data")
-    try:
-        yield service
-        assert service.check() == []
-    finally:
-        service.close()
 
 
 def fill(svc: MemoryService) -> None:

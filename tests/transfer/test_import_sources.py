@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import random
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +22,6 @@ from export_samples import (
 from convmem_engine.domain import limits
 from convmem_engine.service import MemoryService
 from convmem_engine.transfer import ImportFormatError, run_import
-
-
-@pytest.fixture
-def svc(tmp_path: Path) -> Iterator[MemoryService]:
-    service = MemoryService.open(tmp_path / "data")
-    try:
-        yield service
-        assert service.check() == []
-    finally:
-        service.close()
 
 
 def history(svc: MemoryService, session: str) -> list[dict[str, Any]]:
