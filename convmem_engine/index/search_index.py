@@ -17,6 +17,7 @@ must keep `add`/`remove`/`replace`/`clear` exclusive of everything else (the ser
 from __future__ import annotations
 
 import heapq
+import re
 import sys
 import unicodedata
 import zlib
@@ -56,6 +57,7 @@ _ADAPT_AFTER: Final = 1024  # candidates walked with a full heap of >= 0.8 score
 _SINGLES_SIZED: Final = 8  # one-code-point words whose candidate unions are sized
 _BOUND_WORDS: Final = 64  # pass 2 learns the whole-word documents for at most this many words
 _SEPS_EXACT: Final = 64  # 1-code-point whole-word bound: exact 3-gram test up to this many
+_PRETEST_MAX: Final = 32  # whole-word pre-test by regex for needles up to this long
 _START: Final = "\x02"  # edge-gram markers: field start / field end
 _END: Final = "\x03"
 
@@ -191,6 +193,42 @@ def _tags_level(needle: str, tags: Sequence[str]) -> float:
             if best == WHOLE_WORD:
                 break
     return best
+
+
+def _fields_text(msg: Message) -> str:
+    """The folded content, summary and tags of `msg` joined by U+0000 (for the pre-tests: a
+    needle without U+0000 never spans two fields, and U+0000 is a non-word character, like
+    a field edge)."""
+    text = msg.content
+    meta = msg.metadata
+    if meta.summary or meta.tags:
+        text = "\x00".join((text, meta.summary or "", *meta.tags))
+    return text.lower() if text.isascii() else text.translate(_FOLD)
+
+
+@lru_cache(maxsize=256)
+def _whole_pretest(needle: str) -> Callable[[str], object]:
+    """A test on `_fields_text` that is true whenever `needle` occurs in some field with a word
+    boundary on each side that needs one (`_match_level` WHOLE_WORD). A superset: only ASCII
+    neighbours are tested (an ASCII letter, digit or `_` is a word character; any other
+    neighbour passes), so a false result proves no whole-word occurrence and a true one is
+    verified as usual. One regex search in C, the needle's literal first: for a needle of
+    n code points, at most n + 1 compares per occurrence found."""
+    first = _is_word_char(needle[0])
+    last = _is_word_char(needle[-1])
+    if not (first or last) or len(needle) > _PRETEST_MAX:
+
+        def found(text: str) -> bool:
+            return needle in text
+
+        return found
+    body = re.escape(needle)
+    pattern = body
+    if first:
+        pattern += f"(?<![0-9a-z_]{body})"
+    if last:
+        pattern += "(?![0-9a-z_])"
+    return re.compile(pattern).search
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,15 +395,21 @@ def _grams(msg: Message) -> tuple[set[str], list[str]]:
 
 
 def _narrowed_stream(
-    docs: list[int], imps: array[int], level: int, below: int | None, cands: Sequence[int] | None
+    docs: list[int], imps: array[int], level: int, below: int | None
 ) -> Iterator[int]:
-    """`docs` (newest first) at importance `level`, below `below`, among `cands`."""
+    """`docs` (newest first) at importance `level`, below `below`."""
+    if below is not None:
+        # docs is descending: skip to the first one below `below` (bisect on the negation).
+        lo, hi = 0, len(docs)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if docs[mid] >= below:
+                lo = mid + 1
+            else:
+                hi = mid
+        docs = docs[lo:]
     for d in docs:
-        if (
-            imps[d] == level
-            and (below is None or d < below)
-            and (cands is None or _contains(cands, d))
-        ):
+        if imps[d] == level:
             yield d
 
 
@@ -699,6 +743,7 @@ class SearchIndex:
         whole: set[int] | None = None
         walked = 0
         narrowed: list[int] | None = None  # documents of `whole`, newest first
+        tests: list[Callable[[str], object]] = []  # whole-word pre-tests once narrowed
         for level in sorted(lanes, reverse=True):
             if level < min_importance:
                 break
@@ -710,7 +755,7 @@ class SearchIndex:
                 stream: Iterable[int]
                 if narrowed is not None:
                     # Only documents that may hold a whole-word match can still rank.
-                    stream = _narrowed_stream(narrowed, imps, level, below, cands)
+                    stream = _narrowed_stream(narrowed, imps, level, below)
                 elif cands is None:
                     stream = reversed(lane)
                 elif len(lanes) == 1:
@@ -734,8 +779,6 @@ class SearchIndex:
                                 ts_bound = list(accumulate(self._blk_ts, max))
                             if (max_score, level, ts_bound[block]) < heap[0][:3]:
                                 return False
-                    if record:
-                        seen.add(doc)  # type: ignore[union-attr]
                     if adapt and len(heap) == limit and heap[0][0] >= cap:
                         walked += 1
                         if whole is None and walked >= _ADAPT_AFTER:
@@ -747,7 +790,14 @@ class SearchIndex:
                                 # Bounds only fall from here on: every remaining document
                                 # outside `whole` (this level and below) is out for good.
                                 adapt = False
-                                narrowed = sorted(whole, reverse=True)
+                                # The candidates among them, intersected in C once (the
+                                # narrowed walk then needs no per-document list checks).
+                                pool = whole if cands is None else whole.intersection(cands)
+                                for p in filters:
+                                    pool = pool.intersection(p)
+                                filters = []
+                                narrowed = sorted(pool, reverse=True)
+                                tests = self._whole_tests(q, max_score)
                                 below = doc
                                 break
                     mid = ids[doc]
@@ -756,6 +806,18 @@ class SearchIndex:
                     msg = get(mid)
                     if msg is None or (accept is not None and not accept(msg)):
                         continue
+                    if record or narrowed is not None:
+                        # Cheap pre-tests in C before the full score. Pass 1 scores only the
+                        # documents that hold the phrase (the others score at most
+                        # WORDS_FACTOR and are pass-2 candidates); once narrowed, a document
+                        # without a whole-word match scores at most `cap` (out).
+                        text = _fields_text(msg)
+                        if record and q.phrase not in text:
+                            continue
+                        if narrowed is not None and not all(t(text) for t in tests):
+                            continue
+                    if record:
+                        seen.add(doc)  # type: ignore[union-attr]
                     score = _score(msg, q)
                     if score is None:
                         continue
@@ -831,6 +893,14 @@ class SearchIndex:
                 union.update(p)
             return sorted(union), []
         return None, []
+
+    @staticmethod
+    def _whole_tests(q: _Query, max_score: float) -> list[Callable[[str], object]]:
+        """The pre-tests matching `_whole_docs`: the phrase's (pass 1), or every word's that
+        needs a boundary (pass 2); a document failing one scores at most the walk's cap."""
+        if max_score == WHOLE_WORD:
+            return [_whole_pretest(q.phrase)]
+        return [_whole_pretest(w) for w in q.words if _whole_word_matters(w)]
 
     def _whole_docs(self, q: _Query, max_score: float) -> set[int]:
         """Pass 1: `_whole_word_docs(phrase)`. Pass 2: the documents that may hold every word
