@@ -3,11 +3,35 @@
 `AgentService` is the one queue of the process; `config` reads `agent.yaml`; `store` keeps
 tasks, agent sessions and the audit journal durably; `loop` is the plan/run loop; `texts`
 holds every caller-visible text in English and Japanese. No Qt here.
+
+The names below load their module when first used: importing one light module of this package
+(`part`, `config`) does not load the Ollama client (`convmem serve` starts faster).
 """
 
-from convmem_engine.agent.config import AgentConfig, AgentConfigError, load_config, save_config
-from convmem_engine.agent.service import AgentService, Submitted
-from convmem_engine.agent.validation import AgentInputError
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from convmem_engine.agent.config import (
+        AgentConfig,
+        AgentConfigError,
+        load_config,
+        save_config,
+    )
+    from convmem_engine.agent.service import AgentService, Submitted
+    from convmem_engine.agent.validation import AgentInputError
+
+_WHERE = {
+    "AgentConfig": "config",
+    "AgentConfigError": "config",
+    "load_config": "config",
+    "save_config": "config",
+    "AgentService": "service",
+    "Submitted": "service",
+    "AgentInputError": "validation",
+}
 
 __all__ = [
     "AgentConfig",
@@ -18,3 +42,12 @@ __all__ = [
     "load_config",
     "save_config",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

@@ -11,10 +11,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from convmem_engine.agent.config import load_config
-from convmem_engine.agent.service import AgentService
-
 if TYPE_CHECKING:
+    from convmem_engine.agent.service import AgentService
     from convmem_engine.service import MemoryService
 
 
@@ -29,6 +27,9 @@ class AgentPart:
         self.start_on(runtime.data_dir, runtime.service)
 
     def start_on(self, data_dir: str | os.PathLike[str], service: MemoryService) -> AgentService:
+        from convmem_engine.agent.config import load_config
+        from convmem_engine.agent.service import AgentService  # and the Ollama client
+
         agent = AgentService(data_dir, service, load_config(data_dir))
         agent.start()
         self.agent = agent

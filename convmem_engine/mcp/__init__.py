@@ -3,10 +3,28 @@
 server = build_server(registry_or_service)          # one Server, any number of sessions
 await serve_lines(server, reader, send)             # one session over newline-delimited JSON-RPC
 (`convmem serve` and the app run sessions through convmem_engine.runtime)
+
+The names below load the SDK when first used, not when a light module of this package
+(`http_config`, `http_token`) is imported: `convmem serve` answers the handshake before the SDK
+is loaded (convmem_engine/runtime/front.py).
 """
 
-from convmem_engine.mcp.line_transport import MAX_LINE_BYTES, serve_chunks, serve_lines
-from convmem_engine.mcp.server import build_server, tool_definition
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from convmem_engine.mcp.line_transport import MAX_LINE_BYTES, serve_chunks, serve_lines
+    from convmem_engine.mcp.server import build_server, tool_definition
+
+_WHERE = {
+    "MAX_LINE_BYTES": "line_transport",
+    "serve_chunks": "line_transport",
+    "serve_lines": "line_transport",
+    "build_server": "server",
+    "tool_definition": "server",
+}
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -15,3 +33,12 @@ __all__ = [
     "serve_lines",
     "tool_definition",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

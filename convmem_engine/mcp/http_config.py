@@ -8,10 +8,8 @@ from __future__ import annotations
 import ipaddress
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
-
-from convmem_engine.mcp.line_transport import MAX_LINE_BYTES
 
 ENDPOINT_PATH: Final = "/mcp"
 DEFAULT_PORT: Final = 8377
@@ -25,6 +23,8 @@ def max_body_bytes(image_total_bytes: int = 0) -> int:
     of metadata, every byte escaped as \\u00XX, plus framing) plus the base64 of the configured
     total of images a request may carry (base64 turns every 3 bytes into 4).
     """
+    from convmem_engine.mcp.line_transport import MAX_LINE_BYTES  # the SDK only when needed
+
     if image_total_bytes < 0:
         raise ValueError("image_total_bytes must be >= 0")
     return MAX_LINE_BYTES + 4 * math.ceil(image_total_bytes / 3)
@@ -62,7 +62,7 @@ class HttpConfig:
     port: int = DEFAULT_PORT
     hosts: tuple[str, ...] = LOOPBACK_HOSTS
     allow_non_loopback: bool = False
-    body_limit: int = max_body_bytes()
+    body_limit: int = field(default_factory=max_body_bytes)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

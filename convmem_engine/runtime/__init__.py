@@ -9,21 +9,46 @@ runtime.stop(grace) / runtime.stop_async(grace)
 
 `convmem serve` is `serve_cli` (a Runtime with a `StdioListener`); the tray app runs the same
 Runtime on its engine thread with its local-pipe listener.
+
+The names below are loaded when first used, so `convmem serve` can start answering the
+handshake (`front.py`) before the SDK and the store's modules are imported.
 """
 
-from convmem_engine.runtime.clients import ClientHandle, ClientInfo, ClientRegistry
-from convmem_engine.runtime.engine_thread import EngineThread
-from convmem_engine.runtime.runtime import (
-    DEFAULT_GRACE,
-    Listener,
-    ListenerError,
-    Part,
-    Runtime,
-    RuntimeHealth,
-    RuntimeState,
-    RuntimeStateError,
-)
-from convmem_engine.runtime.stdio_listener import StdioListener
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from convmem_engine.runtime.clients import ClientHandle, ClientInfo, ClientRegistry
+    from convmem_engine.runtime.engine_thread import EngineThread
+    from convmem_engine.runtime.runtime import (
+        DEFAULT_GRACE,
+        Listener,
+        ListenerError,
+        Part,
+        Runtime,
+        RuntimeHealth,
+        RuntimeState,
+        RuntimeStateError,
+    )
+    from convmem_engine.runtime.stdio_listener import StdioListener
+
+_WHERE = {
+    "ClientHandle": "clients",
+    "ClientInfo": "clients",
+    "ClientRegistry": "clients",
+    "EngineThread": "engine_thread",
+    "DEFAULT_GRACE": "runtime",
+    "Listener": "runtime",
+    "ListenerError": "runtime",
+    "Part": "runtime",
+    "Runtime": "runtime",
+    "RuntimeHealth": "runtime",
+    "RuntimeState": "runtime",
+    "RuntimeStateError": "runtime",
+    "StdioListener": "stdio_listener",
+}
 
 __all__ = [
     "DEFAULT_GRACE",
@@ -40,3 +65,12 @@ __all__ = [
     "RuntimeStateError",
     "StdioListener",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

@@ -18,9 +18,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import mcp_types as types
+if TYPE_CHECKING:
+    import mcp_types as types
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +55,10 @@ def _implementation(params: Mapping[str, Any] | None, method: str) -> Mapping[st
     if method == "initialize":
         info = params.get("clientInfo")
     else:
+        from mcp_types import CLIENT_INFO_META_KEY  # loaded with the SDK by then
+
         meta = params.get("_meta")
-        info = meta.get(types.CLIENT_INFO_META_KEY) if isinstance(meta, Mapping) else None
+        info = meta.get(CLIENT_INFO_META_KEY) if isinstance(meta, Mapping) else None
     return info if isinstance(info, Mapping) else None
 
 

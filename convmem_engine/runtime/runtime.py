@@ -6,12 +6,14 @@
     ...                                   # sessions: await runtime.serve_session(transport, ...)
     runtime.stop(grace)                   # listeners, parts, service (fsync, lock released)
 
-Start order (`open`): the store is opened and its lock taken (`MemoryService.open`), the engine
-loop starts, each part starts in the order given, the MCP server is built. Listeners are added
-afterwards, while RUNNING, in any number. Stop order (`stop`): every listener is told to stop
-at the same moment (newest first) and answers what it has received within `grace`; then the
-parts stop, last started first; then the service closes (the store is fsynced and closed, the
-lock released); then the engine loop ends. The state machine is in docs/app.md.
+Start order (`open`): the data dir's lock is taken (then `open(on_locked=...)`'s callback runs:
+`convmem serve` answers the handshake from there on), the store is replayed and the service
+opened (`MemoryService.open`), the engine loop starts, each part starts in the order given, the
+MCP server is built. Listeners are added afterwards, while RUNNING, in any number. Stop order
+(`stop`): every listener is told to stop at the same moment (newest first) and answers what it
+has received within `grace`; then the parts stop, last started first; then the service closes
+(the store is fsynced and closed, the lock released); then the engine loop ends. The state
+machine is in docs/app.md.
 
 Thread-safety: `open` blocks (it replays the store) and may run on any thread; `stop` blocks;
 `stop_async` does not (the app's GUI thread uses it: its pipe listener needs the GUI loop to
@@ -31,7 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from convmem_engine.mcp.line_transport import MAX_LINE_BYTES, ReadChunk, Send, serve_chunks
 from convmem_engine.runtime.activity import CURRENT_CLIENT
 from convmem_engine.runtime.clients import ClientInfo, ClientRegistry
 from convmem_engine.runtime.engine_thread import EngineThread
@@ -39,12 +40,18 @@ from convmem_engine.runtime.engine_thread import EngineThread
 if TYPE_CHECKING:
     from mcp.server import Server
 
+    from convmem_engine.mcp.line_transport import ReadChunk, Send
     from convmem_engine.service import MemoryService
 
 log = logging.getLogger(__name__)
 
 DEFAULT_GRACE = 10.0
 """Seconds listeners get, at stop, to answer the requests they have received."""
+
+
+OpenService = Callable[[Path, Callable[[], None] | None], "MemoryService"]
+"""Opens the store and service of a data dir; calls its second argument (when given) once the
+data dir's lock is held, before the store is read."""
 
 
 class RuntimeState(enum.StrEnum):
@@ -125,10 +132,10 @@ def _log_failure(what: str, exc: BaseException) -> None:
     log.error("%s failed: %s (message withheld)\n%s", what, type(exc).__name__, frames)
 
 
-def _open_service(data_dir: Path) -> MemoryService:
+def _open_service(data_dir: Path, on_locked: Callable[[], None] | None = None) -> MemoryService:
     from convmem_engine.service import MemoryService
 
-    return MemoryService.open(data_dir)
+    return MemoryService.open(data_dir, on_locked=on_locked)
 
 
 def _build_server(service: MemoryService) -> Server[Any]:
@@ -146,7 +153,7 @@ class Runtime:
         data_dir: Path,
         *,
         parts: Sequence[Part] = (),
-        open_service: Callable[[Path], MemoryService] = _open_service,
+        open_service: OpenService = _open_service,
         build_server: Callable[[MemoryService], Server[Any]] = _build_server,
     ) -> None:
         self.data_dir = data_dir
@@ -166,8 +173,20 @@ class Runtime:
         self._stopped: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._stop_thread: threading.Thread | None = None
         self._listeners_stopped = False
-        # The longest line a session accepts; a part may raise it (the agent: images).
-        self.max_line_bytes = MAX_LINE_BYTES
+        self._max_line_bytes: int | None = None
+
+    @property
+    def max_line_bytes(self) -> int:
+        """The longest line a session accepts; a part may raise it (the agent: images)."""
+        if self._max_line_bytes is None:
+            from convmem_engine.mcp.line_transport import MAX_LINE_BYTES
+
+            return MAX_LINE_BYTES
+        return self._max_line_bytes
+
+    @max_line_bytes.setter
+    def max_line_bytes(self, value: int) -> None:
+        self._max_line_bytes = value
 
     # ---- state ----------------------------------------------------------------------------
 
@@ -225,10 +244,12 @@ class Runtime:
 
     # ---- open -----------------------------------------------------------------------------
 
-    def open(self) -> None:
+    def open(self, *, on_locked: Callable[[], None] | None = None) -> None:
         """NEW or FAILED -> OPENING -> RUNNING; on an error -> FAILED and the error is raised
         (BusyError, CorruptStoreError, StoreIOError from the store; whatever a part raised).
-        Blocks while the store is replayed."""
+        Blocks while the store is replayed. `on_locked()` runs on this thread as soon as the
+        data dir's lock is held, before the store is read (`convmem serve` starts answering
+        the handshake there); if it raises, the open fails with that error."""
         with self._lock:
             if self._state not in (RuntimeState.NEW, RuntimeState.FAILED):
                 raise RuntimeStateError(f"cannot open a runtime that is {self._state.value}")
@@ -236,7 +257,7 @@ class Runtime:
         self._enter(RuntimeState.OPENING)
         self.error = None
         try:
-            self._service = self._open_service(self.data_dir)
+            self._service = self._open_service(self.data_dir, on_locked)
             self._loop = EngineThread()
             self._loop.start()
             for part in self._parts:
@@ -291,6 +312,8 @@ class Runtime:
     async def serve_session(self, transport: str, read_chunk: ReadChunk, send: Send) -> None:
         """Serve one MCP session over newline-delimited JSON-RPC (`serve_chunks`), listed in
         `clients` while it lasts. Call on the engine loop."""
+        from convmem_engine.mcp.line_transport import serve_chunks
+
         handle = self.clients.connect(transport)
         # the session's tool calls (and the change events they publish) know their client
         token = CURRENT_CLIENT.set(handle.client_id)

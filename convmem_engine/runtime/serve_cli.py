@@ -35,24 +35,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from convmem_engine.agent import AgentConfigError
-from convmem_engine.agent.part import AgentPart
-from convmem_engine.agent.store import AgentStoreError
-from convmem_engine.domain.errors import BusyError, ConvMemError
-from convmem_engine.mcp.agent_tools import build_agent_server, transport_line_limit
-from convmem_engine.runtime.http_listener import (
-    HttpOptions,
-    add_http_arguments,
-    http_options,
-    start_http,
-)
+from convmem_engine.runtime.http_listener import HttpOptions, add_http_arguments, http_options
 from convmem_engine.runtime.logs import configure_logging
-from convmem_engine.runtime.runtime import Runtime
-from convmem_engine.runtime.stdio_listener import StdioListener, private_stdout
+from convmem_engine.runtime.stdio_listener import private_stdout
 
 if TYPE_CHECKING:
     from mcp.server import Server
 
+    from convmem_engine.agent.part import AgentPart
+    from convmem_engine.runtime.runtime import Runtime
     from convmem_engine.service import MemoryService
 
 logger = logging.getLogger(__name__)
@@ -126,9 +117,14 @@ def agent_runtime(data_dir: Path) -> tuple[Runtime, AgentPart]:
     """A runtime whose parts include the memory agent's queue (`agent.yaml`), whose MCP server
     carries `agent_run`/`agent_status` and the Tasks extension, and whose sessions admit an
     `agent_run` with the configured maximum images."""
+    from convmem_engine.agent.part import AgentPart
+    from convmem_engine.runtime.runtime import Runtime
+
     part = AgentPart()
 
     def build(service: MemoryService) -> Server[Any]:
+        from convmem_engine.mcp.agent_tools import build_agent_server, transport_line_limit
+
         assert part.agent is not None  # parts start before the server is built
         server = build_agent_server(service, part.agent)
         runtime.max_line_bytes = transport_line_limit(part.agent.config)
@@ -138,20 +134,58 @@ def agent_runtime(data_dir: Path) -> tuple[Runtime, AgentPart]:
     return runtime, part
 
 
+def _preload_sdk() -> None:
+    """Import the MCP server's modules (the SDK, the tools, the agent) on a thread of its own,
+    while the opening thread replays the store: file reads, zlib and CRC release the GIL."""
+    try:
+        import convmem_engine.mcp.agent_tools
+        import convmem_engine.mcp.line_transport  # noqa: F401
+    except Exception as exc:  # the open imports them again and reports a real failure
+        logger.debug("preloading the SDK failed: %s", type(exc).__name__)
+
+
 def serve(data_dir: Path, http: HttpOptions | None = None) -> int:
     """Serve MCP on stdin/stdout (and over HTTP with `http`) for the store in `data_dir` until
-    EOF or a stop signal (only a stop signal with `http.no_stdio`)."""
+    EOF or a stop signal (only a stop signal with `http.no_stdio`).
+
+    Start order: the data dir's lock is taken first; from then on the stdio front
+    (`front.py`) reads stdin and answers the handshake while the SDK loads and the store opens;
+    when the runtime is running the stdio session takes the stream over (requests that came
+    meanwhile, tool calls included, are served then)."""
+    from convmem_engine.runtime.front import StdioFront
+
     with private_stdout() as out_fd:  # from here on, a stray print lands on stderr
+        stdio = http is None or not http.no_stdio
+        front = StdioFront(sys.stdin.fileno(), out_fd) if stdio else None
+
+        def locked() -> None:
+            if front is not None:
+                front.start()
+            threading.Thread(target=_preload_sdk, name="convmem-preload", daemon=True).start()
+
         runtime, _agent = agent_runtime(data_dir)
         try:
-            runtime.open()
-        except ConvMemError as error:
-            status = EXIT_BUSY if isinstance(error, BusyError) else EXIT_ERROR
-            print(f"convmem serve: {error.code}: {data_dir}: {error.message}", file=sys.stderr)
+            runtime.open(on_locked=locked)
+        except Exception as error:
+            from convmem_engine.agent import AgentConfigError
+            from convmem_engine.agent.store import AgentStoreError
+            from convmem_engine.domain.errors import BusyError, ConvMemError
+
+            if isinstance(error, ConvMemError):
+                status = EXIT_BUSY if isinstance(error, BusyError) else EXIT_ERROR
+                line = f"{error.code}: {data_dir}: {error.message}"
+                reason = f"{error.code}: {error.message}"
+            elif isinstance(error, AgentConfigError | AgentStoreError | OSError):
+                status = EXIT_ERROR
+                line = reason = f"agent: {error}"
+            else:
+                if front is not None:
+                    front.fail("convmem serve could not start: INTERNAL_ERROR")
+                raise
+            if front is not None:  # requests already read get an answer saying why
+                front.fail(f"convmem serve could not start: {reason}")
+            print(f"convmem serve: {line}", file=sys.stderr)
             return status
-        except (AgentConfigError, AgentStoreError, OSError) as error:
-            print(f"convmem serve: agent: {error}", file=sys.stderr)
-            return EXIT_ERROR
         over = "HTTP" if http is not None and http.no_stdio else "stdio"
         logger.info("serving %s over %s (pid %d)", data_dir, over, os.getpid())
         if sys.stdin.isatty() and (http is None or not http.no_stdio):
@@ -161,14 +195,16 @@ def serve(data_dir: Path, http: HttpOptions | None = None) -> int:
                 file=sys.stderr,
             )
         with _counting_stop_signals() as signals:
-            if http is not None and not start_http(runtime, http):
+            if http is not None and not _start_http(runtime, http):
                 runtime.stop(0)
                 return EXIT_LISTEN
             if http is not None and http.no_stdio:
                 while not signals:  # stdin is never read: its EOF does not stop us
                     time.sleep(POLL_SECONDS)
             else:
-                listener = StdioListener(sys.stdin.fileno(), out_fd)
+                from convmem_engine.runtime.stdio_listener import StdioListener
+
+                listener = StdioListener(sys.stdin.fileno(), out_fd, front=front)
                 runtime.add_listener(listener)
                 while not signals and not listener.finished.wait(POLL_SECONDS):
                     pass
@@ -186,6 +222,12 @@ def serve(data_dir: Path, http: HttpOptions | None = None) -> int:
                         forced = True
     logger.info("stopped")
     return EXIT_OK
+
+
+def _start_http(runtime: Runtime, http: HttpOptions) -> bool:
+    from convmem_engine.runtime.http_listener import start_http
+
+    return start_http(runtime, http)
 
 
 def main(argv: list[str], *, resolve_data_dir: ResolveDataDir) -> int:

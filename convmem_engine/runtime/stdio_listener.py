@@ -5,6 +5,9 @@
   the stream.
 - stdin is read by a daemon thread with back-pressure (at most a few chunks ahead), which works
   for pipes, files and consoles on every platform.
+- With a `StdioFront` (`convmem serve`), the front has been reading stdin since the lock was
+  taken (and may have answered the handshake): the session takes its stream over, replaying
+  every byte the front kept, and the SDK's duplicate of the front's answer is dropped.
 - The session ends at stdin EOF, after answering what was already asked (`finished` is set).
   `stop(grace)` stops reading and gives the requests already read `grace` seconds to finish and
   be answered; `stop(0)` ends the session at once.
@@ -19,13 +22,10 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Final
-
-import anyio.to_thread
-
-from convmem_engine.mcp.line_transport import READ_CHUNK_BYTES
+from typing import TYPE_CHECKING, Final, Protocol
 
 if TYPE_CHECKING:
+    from convmem_engine.runtime.front import Send, StdioFront
     from convmem_engine.runtime.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -60,10 +60,19 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
+class _Input(Protocol):
+    async def read(self) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
 class _StdinPump:
     """A daemon thread feeding stdin chunks to the event loop, a few chunks ahead at most."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, fd: int) -> None:
+        from convmem_engine.mcp.line_transport import READ_CHUNK_BYTES
+
+        self.chunk_bytes = READ_CHUNK_BYTES
         self.loop = loop
         self.fd = fd
         self.queue: asyncio.Queue[bytes] = asyncio.Queue()
@@ -78,7 +87,7 @@ class _StdinPump:
         while True:
             self.slots.acquire()
             try:
-                chunk = os.read(self.fd, READ_CHUNK_BYTES)
+                chunk = os.read(self.fd, self.chunk_bytes)
             except OSError:
                 chunk = b""
             try:
@@ -111,25 +120,36 @@ class StdioListener:
 
     transport = "stdio"
 
-    def __init__(self, in_fd: int, out_fd: int) -> None:
+    def __init__(self, in_fd: int, out_fd: int, *, front: StdioFront | None = None) -> None:
         self.in_fd = in_fd
         self.out_fd = out_fd
+        self.front = front
         self.finished = threading.Event()
         """Set when the session has ended (EOF and answers sent, or stopped)."""
-        self._pump: _StdinPump | None = None
+        self._pump: _Input | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
 
     def start(self, runtime: Runtime) -> None:
+        import anyio.to_thread  # imported here: the SDK loads it anyway, after the handshake
+
+        self._run_sync = anyio.to_thread.run_sync
         started = threading.Event()
 
         async def run() -> None:
             self._task = asyncio.current_task()
-            self._pump = _StdinPump(asyncio.get_running_loop(), self.in_fd)
-            self._pump.start()
+            loop = asyncio.get_running_loop()
+            send: Send = self._send
+            if self.front is not None:
+                self._pump = self.front.handover(loop)
+                send = self.front.wrap_send(send)
+            else:
+                pump = _StdinPump(loop, self.in_fd)
+                pump.start()
+                self._pump = pump
             started.set()
             try:
-                await runtime.serve_session(self.transport, self._pump.read, self._send)
+                await runtime.serve_session(self.transport, self._pump.read, send)
             except asyncio.CancelledError:
                 if not self._stopping:
                     raise
@@ -141,7 +161,7 @@ class StdioListener:
 
     async def _send(self, data: bytes) -> None:
         try:  # a blocked stdout must not stall the loop
-            await anyio.to_thread.run_sync(_write_all, self.out_fd, data, abandon_on_cancel=True)
+            await self._run_sync(_write_all, self.out_fd, data, abandon_on_cancel=True)
         except RuntimeError:  # no thread could be started (resources exhausted): write here
             _write_all(self.out_fd, data)
 

@@ -113,12 +113,14 @@ class MemoryService:
         background_search_from: int = BACKGROUND_SEARCH_FROM,
         search_index_factory: Callable[[], SearchIndex] = SearchIndex,
         keep_search_index: bool = True,
+        on_locked: Callable[[], None] | None = None,
     ) -> MemoryService:
-        """Open the store in `data_dir` and build the indexes.
+        """Open the store in `data_dir` and build the indexes. `on_locked()` runs once the
+        data dir's lock is held, before the store is read.
 
         Raises BusyError, CorruptStoreError or StoreIOError (from the store).
         """
-        store = Store.open(data_dir, fs=fs)
+        store = Store.open(data_dir, fs=fs, on_locked=on_locked)
         try:
             return cls(
                 store,

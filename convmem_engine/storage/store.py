@@ -186,7 +186,14 @@ class Store:
     # -- opening --------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, data_dir: str | os.PathLike[str], *, fs: FileSystem | None = None) -> Store:
+    def open(
+        cls,
+        data_dir: str | os.PathLike[str],
+        *,
+        fs: FileSystem | None = None,
+        on_locked: Callable[[], None] | None = None,
+    ) -> Store:
+        """`on_locked()` runs once the data dir's lock is held, before the files are read."""
         path = os.fspath(data_dir)
         fs = fs if fs is not None else FileSystem()
         try:
@@ -196,6 +203,8 @@ class Store:
         store = cls(path, fs)
         store._lock.acquire()
         try:
+            if on_locked is not None:
+                on_locked()
             store._recover()
         except BaseException:
             store._abandon()

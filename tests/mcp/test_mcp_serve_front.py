@@ -1,0 +1,349 @@
+"""`convmem serve`'s stdio front: the handshake answered before the SDK and the store are ready.
+
+- The front's answers are the SDK's, byte for byte: `handshake_answers.py` is what the
+  generator writes from the live server now, and for every request shape the front accepts
+  (each protocol version, an unknown one, ids, client infos, capabilities) its answer equals the
+  live server's; for everything else (bad params, odd ids, escapes, other methods) it answers
+  nothing and leaves the request to the SDK.
+- With a real `convmem serve` whose open is held back (its `agent.yaml` is a FIFO nobody has
+  opened yet: the runtime blocks reading it, after the lock and the store), the handshake is
+  answered in both eras, a tool call sent meanwhile waits and then succeeds once the open goes
+  on, the SDK's own duplicate of the early answer never reaches the host, and an open that then
+  fails answers the waiting calls with an error naming why (exit status 1, one stderr line).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp_helpers import ERAS, child_env, payload, serve_args, serve_client
+
+from convmem_engine.runtime import handshake_answers
+from convmem_engine.runtime.front import answer_for
+from scripts.gen_handshake_answers import sdk_first_answers
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+ENVELOPE = dict.fromkeys(handshake_answers.ENVELOPE_KEYS)
+VERSION_KEY, INFO_KEY, CAPABILITIES_KEY = handshake_answers.ENVELOPE_KEYS
+
+pytestmark = pytest.mark.posix  # FIFOs
+
+
+def line(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def initialize(
+    request_id: object = 1,
+    version: object = "2025-11-25",
+    capabilities: object = None,
+    info: object = None,
+    **extra: object,
+) -> bytes:
+    params: dict[str, Any] = {
+        "protocolVersion": version,
+        "capabilities": {} if capabilities is None else capabilities,
+        "clientInfo": {"name": "host", "version": "1"} if info is None else info,
+        **extra,
+    }
+    return line({"jsonrpc": "2.0", "id": request_id, "method": "initialize", "params": params})
+
+
+def discover(
+    request_id: object = 1,
+    version: object = "2026-07-28",
+    capabilities: object = None,
+    info: object = None,
+    drop: str = "",
+    **extra: object,
+) -> bytes:
+    meta: dict[str, Any] = {
+        VERSION_KEY: version,
+        INFO_KEY: {"name": "host", "version": "1"} if info is None else info,
+        CAPABILITIES_KEY: {} if capabilities is None else capabilities,
+    }
+    meta.pop(drop, None)
+    body = {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "server/discover",
+        "params": {"_meta": meta, **extra},
+    }
+    return line(body)
+
+
+# The shapes the front answers itself: each must be byte-identical to the live SDK's answer.
+ANSWERED = [
+    *(initialize(version=v) for v in handshake_answers.INITIALIZE),
+    initialize(version="1999-01-01"),  # unknown: the server counter-offers its latest
+    initialize(version="2026-07-28"),  # a modern version through the handshake: the same
+    initialize(version=""),
+    initialize(request_id=0),
+    initialize(request_id=-7),
+    initialize(request_id=2**53 - 1),
+    initialize(request_id="abc"),
+    initialize(request_id="req-1.2:3_x"),
+    initialize(capabilities={"roots": {"listChanged": True}}),
+    initialize(capabilities={"roots": {}}),
+    initialize(capabilities={"sampling": {}, "elicitation": {}}),
+    initialize(capabilities={"sampling": {"context": {}, "tools": {}}}),
+    initialize(capabilities={"elicitation": {"form": {}, "url": {}}}),
+    initialize(info={"name": "Claude Desktop", "version": "0.9", "title": "Claude"}),
+    initialize(info={"name": "n", "version": "", "description": "日本語のホスト"}),
+    *(discover(version=v) for v in handshake_answers.DISCOVER),
+    discover(request_id="d-1"),
+    discover(capabilities={"extensions": {"io.modelcontextprotocol/tasks": {}}}),
+    discover(capabilities={"roots": {}, "sampling": {}, "elicitation": {"form": {}}}),
+    discover(drop=INFO_KEY),
+    discover(info={"name": "host", "version": "2", "title": "Host"}),
+]
+
+# Shapes the front must leave to the SDK (it answers nothing for them).
+LEFT_TO_THE_SDK = [
+    initialize(request_id=True),
+    initialize(request_id=1.5),
+    initialize(request_id=None),
+    initialize(request_id=2**60),
+    initialize(request_id="ü"),
+    initialize(request_id="a b"),
+    initialize(version=5),
+    initialize(info={"name": "host"}),
+    initialize(info={"name": "host", "version": 1}),
+    initialize(info={"name": "host", "version": "1", "websiteUrl": "https://x"}),
+    initialize(capabilities="all"),
+    initialize(capabilities={"experimental": {"x": {}}}),
+    initialize(capabilities={"roots": {"listChanged": "yes"}}),
+    initialize(capabilities={"sampling": {"context": {"x": 1}}}),
+    initialize(capabilities={"tasks": {}}),
+    initialize(_meta={"progressToken": 1}),
+    initialize(info={"name": "tab\there", "version": "1"}),  # an escape in the line
+    b'{"jsonrpc":"2.0","id":1,"method":"initialize"}',
+    b'{"jsonrpc":"1.0","id":1,"method":"initialize","params":{}}',
+    b"\xef\xbb\xbf" + initialize(),
+    b"[" + initialize() + b"]",
+    b"not json",
+    line({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+    line({"jsonrpc": "2.0", "id": 1, "method": "ping"}),
+    line({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    line({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}, "extra": 1}),
+    discover(version="2025-11-25"),
+    discover(version="2099-01-01"),
+    discover(drop=CAPABILITIES_KEY),
+    discover(drop=VERSION_KEY),
+    discover(info={"name": "host"}),
+    discover(capabilities={"roots": {"listChanged": True}}),
+    discover(capabilities={"extensions": {"x": {"setting": 1}}}),
+    discover(cursor="abc"),
+]
+
+
+def test_the_answers_module_is_what_the_generator_writes() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gen_handshake_answers.py"), "--check"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_front_answers_exactly_what_the_live_sdk_answers() -> None:
+    sdk = sdk_first_answers(ANSWERED + LEFT_TO_THE_SDK)
+    for request, expected in zip(ANSWERED, sdk, strict=False):
+        found = answer_for(request)
+        assert found is not None, f"the front should answer {request!r}"
+        assert found[1] == expected, request
+    for request in LEFT_TO_THE_SDK:
+        assert answer_for(request) is None, f"the front must leave {request!r} to the SDK"
+    # the SDK does answer most of what the front leaves (errors, or results the front does not
+    # know byte for byte); the front only ever answers first lines it is sure about
+    assert sum(answer is not None for answer in sdk[len(ANSWERED) :]) > len(LEFT_TO_THE_SDK) // 2
+
+
+# ---- a real `convmem serve` whose open is held back ----------------------------------------
+
+
+class HeldOpen:
+    """`convmem serve` on a data dir whose agent.yaml is a FIFO: the runtime's open blocks
+    reading it (after the lock and the store) until `release(text)`."""
+
+    def __init__(self, data_dir: Path) -> None:
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.fifo = data_dir / "agent.yaml"
+        os.mkfifo(self.fifo, 0o600)
+        self.proc = subprocess.Popen(
+            [sys.executable, *serve_args(data_dir)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=child_env(),
+        )
+        self.released = False
+
+    def send(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(data + b"\n")
+        self.proc.stdin.flush()
+
+    def answer(self) -> bytes:
+        assert self.proc.stdout is not None
+        got = self.proc.stdout.readline()
+        assert got, f"the server ended its output (exit {self.proc.poll()})"
+        return got
+
+    def release(self, text: str) -> None:
+        """Let the open go on, with `text` as agent.yaml."""
+        assert not self.released, "released twice"
+        self.released = True
+        fd = os.open(self.fifo, os.O_WRONLY)  # returns once the server has it open for reading
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+
+    def finish(self) -> tuple[bytes, bytes, int]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        assert self.proc.stderr is not None
+        self.proc.stdin.close()
+        rest, err = self.proc.stdout.read(), self.proc.stderr.read()
+        status = self.proc.wait(60)
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+        return rest, err, status
+
+
+def _health_call(request_id: int, meta: dict[str, Any] | None = None) -> bytes:
+    params: dict[str, Any] = {"name": "get_system_health", "arguments": {}}
+    if meta is not None:
+        params["_meta"] = meta
+    return line({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params})
+
+
+@pytest.mark.parametrize("era", ["handshake", "2026-07-28"])
+def test_handshake_answered_while_opening_and_a_tool_call_waits_then_succeeds(
+    tmp_path: Path, era: str
+) -> None:
+    server = HeldOpen(tmp_path / "data")
+    try:
+        first = initialize() if era == "handshake" else discover()
+        server.send(first)
+        found = answer_for(first)
+        assert found is not None
+        # the runtime cannot be ready: its open is blocked on the FIFO nobody has opened
+        assert server.answer() == found[1]
+        meta = None
+        if era == "handshake":
+            server.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        else:
+            meta = {VERSION_KEY: "2026-07-28", CAPABILITIES_KEY: {}}
+        server.send(_health_call(2, meta))
+        server.release("enabled: false\n")
+        answer = json.loads(server.answer())
+        assert answer["id"] == 2 and "result" in answer, answer
+        health = json.loads(answer["result"]["content"][0]["text"])
+        assert health["status"] == "OK"
+        server.send(_health_call(3, meta))
+        assert json.loads(server.answer())["id"] == 3
+    finally:
+        if not server.released:
+            server.release("enabled: false\n")
+        rest, err, status = server.finish()
+    assert status == 0, err
+    assert rest == b"", "the SDK's duplicate of the early answer reached the host"
+
+
+def test_an_open_that_fails_answers_the_waiting_calls_with_why(tmp_path: Path) -> None:
+    server = HeldOpen(tmp_path / "data")
+    server.send(initialize())
+    assert json.loads(server.answer())["id"] == 1
+    server.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+    server.send(_health_call(2))
+    server.send(_health_call("three"))  # type: ignore[arg-type]
+    server.release("enabled: maybe\n")  # not a boolean: the agent part refuses to start
+    rest, err, status = server.finish()
+    assert status == 1
+    answers = [json.loads(raw) for raw in rest.splitlines()]
+    assert [a["id"] for a in answers] == [2, "three"]
+    for a in answers:
+        assert a["error"]["code"] == -32603
+        assert a["error"]["message"].startswith("convmem serve could not start: agent: ")
+        assert "enabled" in a["error"]["message"]
+    lines = err.decode().strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("convmem serve: agent: "), lines
+
+
+def test_a_corrupt_store_still_gives_its_line_and_status_and_no_stray_answer(
+    tmp_path: Path,
+) -> None:
+    from convmem_engine.service import MemoryService
+
+    data_dir = tmp_path / "data"
+    with MemoryService.open(data_dir) as svc:
+        svc.write_message(session_id="s", role="user", content="hello")
+    (data_dir / "snapshot.bin").unlink(missing_ok=True)
+    log = data_dir / "active.log"
+    raw = bytearray(log.read_bytes())
+    raw[-3] ^= 0xFF
+    log.write_bytes(bytes(raw))
+    proc = subprocess.run(
+        [sys.executable, *serve_args(data_dir)],
+        input=initialize() + b"\n" + _health_call(2) + b"\n",
+        capture_output=True,
+        env=child_env(),
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    lines = proc.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("convmem serve: CORRUPT_STORE: ")
+    found = answer_for(initialize())
+    assert found is not None
+    # whether the front read the lines before the open failed depends on timing; what it
+    # writes is either nothing, or the exact handshake answer and an error for the call
+    out = proc.stdout.splitlines(keepends=True)
+    assert out in ([], [found[1]], [found[1], out[-1]]), out
+    if len(out) == 2:
+        error = json.loads(out[1])
+        assert error["id"] == 2 and "CORRUPT_STORE" in error["error"]["message"]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+def test_the_sdk_client_connects_while_the_open_is_held(tmp_path: Path, mode: str) -> None:
+    data_dir = tmp_path / "data"
+    data_dir.mkdir(mode=0o700)
+    fifo = data_dir / "agent.yaml"
+    os.mkfifo(fifo, 0o600)
+    released = threading.Event()
+
+    def release() -> None:
+        fd = os.open(fifo, os.O_WRONLY)
+        try:
+            os.write(fd, b"enabled: false\n")
+        finally:
+            os.close(fd)
+        released.set()
+
+    async def scenario() -> None:
+        errlog = (tmp_path / "serve.err").open("w")
+        try:
+            async with serve_client(data_dir, mode, errlog) as client:
+                # connected (handshake done) while the runtime's open is still blocked
+                assert not released.is_set()
+                threading.Thread(target=release, daemon=True).start()
+                result = await client.call_tool("get_system_health", {})
+                assert payload(result)["status"] == "OK"
+                tools = await client.list_tools()
+                assert "write_message" in {tool.name for tool in tools.tools}
+        finally:
+            errlog.close()
+
+    anyio.run(scenario)
+    assert released.is_set()
