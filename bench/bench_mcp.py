@@ -20,6 +20,9 @@ One command, one run, on the real corpus (chitchat-dataset, 258,145 messages):
 
 Usage: python bench/bench_mcp.py [--sizes 1000,100000,258145] [--million] [--writes 300]
        [--clients 1,8,16] [--per-client 150] [--no-peer] [--json OUT] [--plots DIR]
+       python bench/bench_mcp.py --cold-stores /tmp/perf-258k,/tmp/perf-1m [--starts 5] [--no-index-wait]
+         (cold start only, on copies of ready-made stores: handshake, first reply, the
+         server's CPU time at each (from /proc), first/later health, index ready, peak RSS)
 Linux only (reads /proc). Prints a table per section; --json keeps every figure for
 bench/plot_mcp.py.
 """
@@ -210,7 +213,7 @@ def index_ready(answer: dict[str, Any]) -> bool:
     return health["active_messages"] == 0 or estimate["search_index_bytes"] > 0
 
 
-def cold_start(data_dir: Path) -> dict[str, float]:
+def cold_start(data_dir: Path, *, wait_index: bool = True) -> dict[str, float]:
     """Timings (ms) from process start, and the peak RSS (MiB) once the index is ready."""
     started = time.perf_counter()
     process = subprocess.Popen(
@@ -234,15 +237,17 @@ def cold_start(data_dir: Path) -> dict[str, float]:
         send(INITIALIZE)
         read_answer(process.stdout, 1)
         handshake = since()
+        handshake_cpu = cpu_seconds(process.pid) * 1000
         send(INITIALIZED + health_call(2))
         read_answer(process.stdout, 2)
         first = since()
+        first_cpu = cpu_seconds(process.pid) * 1000
         t = time.perf_counter()
         send(health_call(3))
         answer = read_answer(process.stdout, 3)
         later = (time.perf_counter() - t) * 1000
         request_id = 4
-        while not index_ready(answer):
+        while wait_index and not index_ready(answer):
             time.sleep(0.05)
             send(health_call(request_id))
             answer = read_answer(process.stdout, request_id)
@@ -257,7 +262,9 @@ def cold_start(data_dir: Path) -> dict[str, float]:
         process.wait(120)
     return {
         "handshake_ms": handshake,
+        "handshake_cpu_ms": handshake_cpu,
         "first_reply_ms": first,
+        "first_reply_cpu_ms": first_cpu,
         "first_health_ms": first - handshake,
         "later_health_ms": later,
         "index_ready_ms": ready,
@@ -265,6 +272,51 @@ def cold_start(data_dir: Path) -> dict[str, float]:
         "estimate_total_mib": estimate["total_bytes"] / 2**20,
         "estimate_search_index_mib": estimate["search_index_bytes"] / 2**20,
     }
+
+
+def cold_stores(
+    stores: list[str], starts: int, where: str | None, out: str | None, wait_index: bool
+) -> int:
+    """Cold starts of `convmem serve` on copies of ready-made stores (their search.idx kept),
+    `starts` each, interleaved with an empty store's so both see the same machine."""
+    work = Path(tempfile.mkdtemp(prefix="cmbench-cold-", dir=where))
+    figures: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "load_before": load_average()}}
+    keys = ("handshake_ms", "handshake_cpu_ms", "first_reply_ms", "first_reply_cpu_ms")
+    try:
+        print(f"work folder {work}; load average {load_average()}; {os.cpu_count()} CPUs")
+        copies = {"empty": work / "empty"}
+        for store in stores:
+            copies[Path(store).name] = work / Path(store).name
+            shutil.copytree(store, copies[Path(store).name], symlinks=True)
+        runs: dict[str, list[dict[str, float]]] = {name: [] for name in copies}
+        for _ in range(starts):
+            for name, data_dir in copies.items():
+                runs[name].append(cold_start(data_dir, wait_index=wait_index))
+        print(
+            f"{'store':>12} {'handshake':>9} {'(cpu)':>7} {'1st reply':>9} {'(cpu)':>7}"
+            f" {'1st health':>10} {'later':>7} {'idx ready':>9} {'peak MiB':>8}"
+            "   (ms; medians of the starts; cpu: the server's CPU time so far, /proc)"
+        )
+        for name, rows in runs.items():
+            med = {k: p50([r[k] for r in rows]) for k in rows[0]}
+            print(
+                f"{name:>12} {med['handshake_ms']:9.0f} {med['handshake_cpu_ms']:7.0f}"
+                f" {med['first_reply_ms']:9.0f} {med['first_reply_cpu_ms']:7.0f}"
+                f" {med['first_health_ms']:10.1f} {med['later_health_ms']:7.1f}"
+                f" {med['index_ready_ms']:9.0f} {med['peak_rss_mib']:8.0f}"
+            )
+            spread = ", ".join(
+                f"{k} {min(r[k] for r in rows):.0f}-{max(r[k] for r in rows):.0f}" for k in keys
+            )
+            print(f"{'':>12} ranges: {spread}")
+            figures[name] = {"median": med, "runs": rows}
+        figures["machine"]["load_after"] = load_average()
+        print(f"load average after: {load_average()}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if out:
+        Path(out).write_text(json.dumps(figures, indent=1))
+    return 0
 
 
 # ---- 4. the app with N hosts through shims --------------------------------------------------
@@ -517,8 +569,18 @@ def main() -> int:
     parser.add_argument("--no-peer", action="store_true")
     parser.add_argument("--dir", default=None, help="where to work (default: a temp folder)")
     parser.add_argument("--json", default=None, help="write every figure to this file")
+    parser.add_argument(
+        "--cold-stores", default="", help="cold start only, on copies of these store dirs"
+    )
+    parser.add_argument("--starts", type=int, default=5, help="cold starts per store")
+    parser.add_argument(
+        "--no-index-wait", action="store_true", help="with --cold-stores: skip 'index ready'"
+    )
     args = parser.parse_args()
 
+    if args.cold_stores:
+        stores = args.cold_stores.split(",")
+        return cold_stores(stores, args.starts, args.dir, args.json, not args.no_index_wait)
     sizes = [int(s) for s in args.sizes.split(",") if s]
     if args.million:
         sizes.append(1_000_000)
