@@ -11,10 +11,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
-import ollama
+if TYPE_CHECKING:  # imported where used: a server whose agent never runs never loads them
+    import ollama
 
 
 class OllamaProblem(Exception):
@@ -40,6 +40,9 @@ class ChatReply:
 
 class OllamaSide:
     def __init__(self, host: str, timeout_seconds: float) -> None:
+        import httpx
+        import ollama
+
         self.host = host
         self._client = ollama.Client(
             host=host, timeout=httpx.Timeout(timeout_seconds, connect=min(10.0, timeout_seconds))
@@ -49,6 +52,9 @@ class OllamaSide:
         self._client._client.close()
 
     def _problem(self, exc: BaseException, model: str) -> OllamaProblem:
+        import httpx
+        import ollama
+
         if isinstance(exc, ConnectionError | httpx.ConnectError | httpx.ConnectTimeout):
             return OllamaProblem("reason.unreachable", host=self.host)
         if isinstance(exc, ollama.ResponseError):
@@ -65,6 +71,8 @@ class OllamaSide:
     # -- metadata --------------------------------------------------------------------------
 
     def version(self) -> str:
+        import httpx
+
         try:
             response = self._client._client.get("/api/version")
             response.raise_for_status()

@@ -224,16 +224,10 @@ class StdioFront:
         self._first = bytearray()  # the input up to the first non-blank line's newline
         self._decided = False  # the first request was looked at (answered or left to the SDK)
         self._answered: tuple[bytes, bytes] | None = None  # (id prefix, answer line)
-        self._answered_id: str | int | None = None
         self._state = "new"  # new -> reading -> handed / failed
         self._deliver: Callable[[bytes, bool], object] | None = None
         self._slots = threading.Semaphore(READ_AHEAD_CHUNKS)
         self._thread = threading.Thread(target=self._run, name="convmem-stdin", daemon=True)
-
-    @property
-    def answered_first(self) -> bool:
-        """True when the front answered the session's first request itself."""
-        return self._answered is not None
 
     def start(self) -> None:
         """Start reading and answering (call once the data dir's lock is held)."""
@@ -309,7 +303,6 @@ class StdioFront:
             logger.debug("front: stdout closed: %s", type(exc).__name__)
             return
         self._answered = (b'{"jsonrpc":"2.0","id":' + request_id + b",", answer)
-        self._answered_id = _request_id(json.loads(request_id))
         logger.debug("front: answered the handshake before the runtime was ready")
 
     # -- the hand-over ---------------------------------------------------------------------
