@@ -20,7 +20,8 @@ One command, one run, on the real corpus (chitchat-dataset, 258,145 messages):
 
 Usage: python bench/bench_mcp.py [--sizes 1000,100000,258145] [--million] [--writes 300]
        [--clients 1,8,16] [--per-client 150] [--no-peer] [--json OUT] [--plots DIR]
-       python bench/bench_mcp.py --cold-stores /tmp/perf-258k,/tmp/perf-1m [--starts 5] [--no-index-wait]
+       python bench/bench_mcp.py --cold-stores /tmp/perf-258k,/tmp/perf-1m [--starts 5]
+         [--no-index-wait]
          (cold start only, on copies of ready-made stores: handshake, first reply, the
          server's CPU time at each (from /proc), first/later health, index ready, peak RSS)
 Linux only (reads /proc). Prints a table per section; --json keeps every figure for
