@@ -18,7 +18,7 @@ import sys
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
 
-from convmem_engine.domain.message import MEMORY_KINDS, Message
+from convmem_engine.domain.message import MEMORY_KINDS, Message, Metadata
 
 _KIND_INDEX = {kind: i for i, kind in enumerate(MEMORY_KINDS)}
 
@@ -98,16 +98,18 @@ class HistoryIndex:
     def build(self, messages: Iterable[Message]) -> None:
         """The index of `messages` (any order); one pass plus a sort per session (linear for
         the store's creation order, which timsort sees as already sorted)."""
+        self.build_rows((m.message_id, m.session_id, m.metadata) for m in messages)
+
+    def build_rows(self, rows: Iterable[tuple[str, str, Metadata]]) -> None:
+        """`build` from (message_id, session_id, metadata) of each message: all it reads."""
         self.clear()
         sessions = self._sessions
         kind_index = _KIND_INDEX
-        for msg in messages:
-            sess = sessions.get(msg.session_id)
+        for mid, session_id, md in rows:
+            sess = sessions.get(session_id)
             if sess is None:
-                sess = sessions[msg.session_id] = SessionHistory(msg.session_id)
-            mid = msg.message_id
+                sess = sessions[session_id] = SessionHistory(session_id)
             sess.ids.append(mid)
-            md = msg.metadata
             sess.kind_counts[kind_index[md.memory_kind]] += 1
             if md.summary is not None:
                 sess.summary_ids.append(mid)

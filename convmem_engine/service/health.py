@@ -7,32 +7,29 @@ from collections.abc import Mapping
 from typing import Any
 
 from convmem_engine.domain.message import Message
-from convmem_engine.service.accounting import dict_table_bytes, session_ids_bytes
 from convmem_engine.service.index_set import IndexSet
 from convmem_engine.storage import StoreStats
 
 
-def memory_estimate(messages: Mapping[str, Message], indexes: IndexSet) -> dict[str, int]:
-    """The project's main allocations (method: convmem_engine.service.accounting)."""
-    acc = indexes.accounting(messages)
-    store_entries = (
-        acc.entry_bytes
-        + dict_table_bytes(acc.entries)
-        + session_ids_bytes(indexes.history.session_ids())
-    )
+def memory_estimate(stats: StoreStats, indexes: IndexSet) -> dict[str, int]:
+    """The project's main allocations, by `sys.getsizeof` of the objects (docs/semantics.md):
+    the store's counts of its live messages (kept up to date by every change: nothing is
+    walked here) and each index's containers."""
+    mem = stats.memory
+    store_entries = mem.entry_bytes + mem.table_bytes
     search_bytes = indexes.search_index_bytes()
     history_bytes = indexes.history.memory_bytes()
     relation_bytes = indexes.relations.memory_bytes()
     return {
         "total_bytes": store_entries
-        + acc.body_bytes
-        + acc.metadata_bytes
+        + mem.body_bytes
+        + mem.metadata_bytes
         + search_bytes
         + history_bytes
         + relation_bytes,
         "store_entries_bytes": store_entries,
-        "body_bytes": acc.body_bytes,
-        "metadata_bytes": acc.metadata_bytes,
+        "body_bytes": mem.body_bytes,
+        "metadata_bytes": mem.metadata_bytes,
         "search_index_bytes": search_bytes,
         "history_index_bytes": history_bytes,
         "relation_index_bytes": relation_bytes,
@@ -56,7 +53,7 @@ def health_report(
         "last_sequence": stats.last_sequence,
         "update_records": stats.update_records,
         "dead_bytes": stats.dead_bytes,
-        "memory_estimate": memory_estimate(messages, indexes),
+        "memory_estimate": memory_estimate(stats, indexes),
         "io": stats.io.to_json(),
         "recovered_tail": stats.recovered_tail,
         "snapshot_valid": stats.snapshot_valid,

@@ -1,10 +1,11 @@
-"""The service's derived state: the history, relation and search indexes and the memory
-accounting, kept in step with the store's live messages, and the background search build.
+"""The service's derived state: the history, relation and search indexes, kept in step with
+the store's live messages, and the background search build. (The memory the messages take is
+counted by the store itself: `StoreStats.memory`.)
 
 The store is the truth; everything here can be rebuilt from its live messages. Locking is the
 owner's (MemoryService's readers/writer lock, given here for the background builder):
 `build`, `add`, `remove`, `replace` and `apply` need it held for writing, the readers
-(`search`, `accounting`, `memory_bytes`, the properties) for reading.
+(`search`, `memory_bytes`, the properties) for reading.
 
 Background search build: a store of at least `background_search_from` messages gets its
 search index built on a thread; until it is ready, `search` scores the live messages directly
@@ -22,7 +23,7 @@ from __future__ import annotations
 import gc
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Final, Literal
 
 from convmem_engine.domain.errors import InternalError
@@ -30,8 +31,8 @@ from convmem_engine.domain.message import Message
 from convmem_engine.index.history_index import HistoryIndex
 from convmem_engine.index.relation_index import RelationIndex
 from convmem_engine.index.search_index import SearchHit, SearchIndex
-from convmem_engine.service.accounting import MessageAccounting
 from convmem_engine.service.rwlock import RWLock
+from convmem_engine.storage.packed import MessagesView
 
 BACKGROUND_SEARCH_FROM: Final = 20_000
 """Stores with at least this many live messages build their search index in the background."""
@@ -61,11 +62,26 @@ def _apply_search_change(index: SearchIndex, op: Op, msg: Message, new: Message 
         index.replace(msg, new)
 
 
-def _account(messages: Iterable[Message]) -> MessageAccounting:
-    accounting = MessageAccounting()
-    for msg in messages:
-        accounting.add(msg)
-    return accounting
+def _snapshot_of(messages: Mapping[str, Message]) -> Collection[Message]:
+    """The messages live now, for a build that runs while they change: the store's lazy
+    snapshot (16 bytes per message; each Message is built when the build reaches it)."""
+    if isinstance(messages, MessagesView):
+        return messages.frozen()
+    return list(messages.values())
+
+
+def _build_history_and_relations(
+    history: HistoryIndex, relations: RelationIndex, messages: Mapping[str, Message]
+) -> None:
+    """From the store's packed messages without building a Message per message: the history
+    index needs only the id, session and metadata, the relation index only the messages
+    whose metadata is not the default (the others have no relations)."""
+    if isinstance(messages, MessagesView):
+        history.build_rows(messages.history_rows())
+        relations.build(messages.with_metadata())
+    else:
+        history.build(messages.values())
+        relations.build(messages.values())
 
 
 class IndexSet:
@@ -90,12 +106,6 @@ class IndexSet:
         self._search_thread: threading.Thread | None = None
         self._search_cancel = False
         self._background_search_from = background_search_from
-        # Built with the indexes (for a large store first thing on the background build's
-        # thread, so open does not pay for it), then maintained by every change; a health call
-        # that comes first builds it itself.
-        self._accounting: MessageAccounting | None = None
-        self._accounting_lock = threading.Lock()
-        self._accounting_ready = threading.Event()
         self._index_error = ""
         self._broken = False
 
@@ -111,10 +121,7 @@ class IndexSet:
         """Build every index from the live messages (write lock held, or not yet shared).
         `saved` (at open): loads the search index of exactly these messages from disk, or
         gives None (then it is built by adding them; see search_persist.py)."""
-        self._accounting = None
-        self._accounting_ready.clear()
-        self.history.build(messages.values())
-        self.relations.build(messages.values())
+        _build_history_and_relations(self.history, self.relations, messages)
         self.search_index = self._new_search_index()
         self._search_error = ""
         if background and len(messages) >= self._background_search_from:
@@ -122,13 +129,12 @@ class IndexSet:
             self._search_pending = []
             self._search_thread = threading.Thread(
                 target=self._build_search,
-                args=(self.search_index, list(messages.values()), saved),
+                args=(self.search_index, _snapshot_of(messages), saved),
                 name="convmem-search-build",
                 daemon=True,
             )
             self._search_thread.start()
         else:
-            self._install_accounting(_account(messages.values()), [])
             loaded = saved() if saved is not None else None
             if loaded is not None:
                 self.search_index = loaded
@@ -143,7 +149,7 @@ class IndexSet:
     def _build_search(
         self,
         index: SearchIndex,
-        messages: list[Message],
+        messages: Collection[Message],
         saved: Callable[[], SearchIndex | None] | None = None,
     ) -> None:
         """Background thread: load (`saved`) or index the messages live at open, then (holding
@@ -151,10 +157,6 @@ class IndexSet:
         error = ""
         loaded: SearchIndex | None = None
         try:
-            accounting = _account(messages)
-            with self._lock.write():
-                if index is self.search_index:
-                    self._install_accounting(accounting, self._search_pending or [])
             loaded = saved() if saved is not None else None
             for msg in messages if loaded is None else ():
                 if self._search_cancel:
@@ -164,7 +166,6 @@ class IndexSet:
             log.exception("search index build failed")
             error = f"search index: build failed ({type(e).__name__})"
         with self._lock.write():
-            self._accounting_ready.set()  # made above, or (after a failure) by the health call
             if index is not self.search_index:
                 # Replaced meanwhile (the indexes were rebuilt after a failed update): the
                 # new index is complete and ready; this one is dropped.
@@ -193,7 +194,6 @@ class IndexSet:
     def stop(self) -> None:
         """Stop a background build and wait for its thread (without holding the lock)."""
         self._search_cancel = True
-        self._accounting_ready.set()
         thread = self._search_thread
         if thread is not None:
             thread.join()
@@ -210,23 +210,16 @@ class IndexSet:
         self.history.add(msg)
         self.relations.add(msg)
         self._search_apply("add", msg)
-        if self._accounting is not None:
-            self._accounting.add(msg)
 
     def remove(self, msg: Message) -> None:
         self.history.remove(msg)
         self.relations.remove(msg)
         self._search_apply("remove", msg)
-        if self._accounting is not None:
-            self._accounting.remove(msg)
 
     def replace(self, old: Message, new: Message) -> None:
         self.history.replace(old, new)
         self.relations.replace(old, new)
         self._search_apply("replace", old, new)
-        if self._accounting is not None:
-            self._accounting.remove(old)
-            self._accounting.add(new)
 
     def apply(self, change: Callable[[], None], what: str, messages: Mapping[str, Message]) -> bool:
         """Apply a change just stored (`what`, e.g. "a write") to the indexes.
@@ -269,7 +262,6 @@ class IndexSet:
             self._broken = True
             self._index_error = f"indexes: rebuild failed ({type(exc).__name__})"
             self._search_ready.set()
-            self._accounting_ready.set()
             raise InternalError(
                 "rebuild_index: the store was compacted but the indexes could not be "
                 "rebuilt; run rebuild_index again"
@@ -338,40 +330,6 @@ class IndexSet:
             session_id=session_id,
             min_importance=min_importance,
         )
-
-    def _install_accounting(
-        self, accounting: MessageAccounting, changes: list[tuple[Op, Message, Message | None]]
-    ) -> None:
-        """Make `accounting` (of the messages live when the build began) current by applying the
-        changes made since, unless a health call built one meanwhile. Write lock held."""
-        with self._accounting_lock:
-            if self._accounting is None:
-                for op, msg, new in changes:
-                    if op != "add":
-                        accounting.remove(msg)
-                    if op == "add" or new is not None:
-                        accounting.add(msg if new is None else new)
-                self._accounting = accounting
-            self._accounting_ready.set()
-
-    def wait_for_accounting(self, timeout: float) -> bool:
-        """Wait (without holding the lock: the builder needs it) until the build has made the
-        accounting, so a health call right after open does not walk every message itself."""
-        return self._accounting_ready.wait(timeout)
-
-    def accounting(self, messages: Mapping[str, Message]) -> MessageAccounting:
-        """The memory accounting of the live messages; built here if the build has not made
-        it yet (the mutex stops two health calls from both building it)."""
-        with self._accounting_lock:
-            if self._accounting is None:
-                self._accounting = _account(messages.values())
-                self._accounting_ready.set()
-            return self._accounting
-
-    @property
-    def built_accounting(self) -> MessageAccounting | None:
-        """The accounting if a health call has built it (for the self-check)."""
-        return self._accounting
 
     def search_index_bytes(self) -> int:
         """While the background build runs, its thread fills the index without a lock, so the

@@ -45,9 +45,6 @@ from convmem_engine.service.self_check import self_check
 from convmem_engine.storage import FileSystem, Store
 
 _RESULTS_RESERVE: Final = len('{"results":[]}')
-ACCOUNTING_WAIT_SECONDS: Final = 5.0
-"""How long a health call waits for the open's background build to make the memory accounting
-before making it itself."""
 ALL_RELATION_TYPES: Final = frozenset(RELATION_TYPES)
 NO_FILTERS: Final = SearchFilters()
 
@@ -442,9 +439,6 @@ class MemoryService:
     # -- get_system_health -------------------------------------------------------------------
 
     def get_system_health(self) -> dict[str, Any]:
-        # Right after open the background build may still be making the memory accounting:
-        # wait for it here, outside the lock, rather than walk every message twice.
-        self._indexes.wait_for_accounting(ACCOUNTING_WAIT_SECONDS)
         with self._lock.read():
             self._check_closed()
             return health_report(self._store.stats(), self._store.messages, self._indexes)

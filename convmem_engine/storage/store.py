@@ -17,9 +17,8 @@ import os
 import secrets
 import threading
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Final
 
 from convmem_engine.domain.errors import (
@@ -39,6 +38,7 @@ from convmem_engine.storage.fs import FileSystem, IOCounters
 from convmem_engine.storage.legacy import decode_message_v2
 from convmem_engine.storage.lock import DataDirLock
 from convmem_engine.storage.log_file import LogScanner
+from convmem_engine.storage.packed import MessagesView, MessageTable, TableMemory
 from convmem_engine.storage.record import (
     DEL,
     FORMAT_VERSION,
@@ -74,6 +74,7 @@ class StoreStats:
     recovered_tail: bool = False
     snapshot_valid: bool = True
     last_error: str = ""
+    memory: TableMemory = field(default_factory=TableMemory)  # the live messages in memory
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,8 +157,8 @@ class Store:
         self._snap_path = os.path.join(data_dir, SNAPSHOT_NAME)
         self._lock = DataDirLock(fs, data_dir)
         self._fd = -1
-        self._messages: dict[str, Message] = {}
-        self._view: Mapping[str, Message] = MappingProxyType(self._messages)
+        # The live messages, packed (storage/packed.py); `messages` is the read-only view.
+        self._messages = MessageTable()
         self._log = _LogState()
         self._snapshot_size = 0
         self._snapshot_at: tuple[int, int] | None = None  # (generation, offset) on disk
@@ -382,7 +383,7 @@ class Store:
                 mid = payload.decode("utf-8")
             except UnicodeDecodeError as e:
                 raise corrupt("DEL payload is not UTF-8") from e
-            old = msgs.pop(mid, None)
+            old = msgs.pop(mid)
             if old is None:
                 raise corrupt("DEL of a message that is not live")
             changes = self._open_changes
@@ -395,11 +396,12 @@ class Store:
                 m = self._decode(payload)
             except Exception as e:  # ValueError, TypeError, RecursionError, ...: not ours
                 raise corrupt("payload is not a message") from e
-            old = msgs.get(m.message_id)
             if rtype == PUT:
-                if old is not None:
+                if m.message_id in msgs:
                     raise corrupt("PUT of a message id that is already live")
+                old = None
             else:  # UPDATE
+                old = msgs.get(m.message_id)
                 if old is None:
                     raise corrupt("UPDATE of a message that is not live")
                 st.live_bytes -= _record_size_of(old)
@@ -407,7 +409,7 @@ class Store:
             changes = self._open_changes
             if changes is not None and m.message_id not in changes:
                 changes[m.message_id] = old
-            msgs[m.message_id] = m
+            msgs.set(m)
             st.live_bytes += size
         st.last_seq = seq
 
@@ -460,7 +462,6 @@ class Store:
                 self._snapshot_valid = False
                 return None
             self._messages = body  # before open returns: nobody holds the old view yet
-            self._view = MappingProxyType(body)
             self._snapshot_size = size
             self._snapshot_at = (meta.generation, meta.log_offset)
             return meta
@@ -472,13 +473,13 @@ class Store:
     # -- reading --------------------------------------------------------------------------
 
     @property
-    def messages(self) -> Mapping[str, Message]:
+    def messages(self) -> MessagesView:
         """Live messages at their latest revision, in creation order. A read-only live view.
 
         It changes under write_*/compact (which hold the store's write lock): a caller that
         iterates while another thread may write must serialise with its writers itself.
         """
-        return self._view
+        return self._messages.view
 
     def get(self, message_id: str) -> Message | None:
         return self._messages.get(message_id)
@@ -533,7 +534,7 @@ class Store:
             if msg.message_id in self._messages:
                 raise ConflictError("message_id: a live message with this id already exists")
             seq = self._append(PUT, payload)
-            self._messages[msg.message_id] = msg
+            self._messages.set(msg)
             self._log.live_bytes += HEADER_SIZE + len(payload)
             return seq
 
@@ -545,7 +546,7 @@ class Store:
             if old is None:
                 raise NotFoundError("message_id: no live message with this id")
             seq = self._append(UPDATE, payload)
-            self._messages[msg.message_id] = msg
+            self._messages.set(msg)
             st = self._log
             st.live_bytes += HEADER_SIZE + len(payload) - _record_size_of(old)
             st.update_records += 1
@@ -558,11 +559,11 @@ class Store:
         except UnicodeEncodeError as e:
             raise ValidationError("message_id: must be valid Unicode") from e
         with self._write_lock:
-            old = self._messages.get(message_id)
-            if old is None:
+            if message_id not in self._messages:
                 raise NotFoundError("message_id: no live message with this id")
             seq = self._append(DEL, payload)
-            del self._messages[message_id]
+            old = self._messages.pop(message_id)
+            assert old is not None
             st = self._log
             st.live_bytes -= _record_size_of(old)
             st.deleted_records += 1
@@ -847,6 +848,7 @@ class Store:
             recovered_tail=self._recovered_tail,
             snapshot_valid=self._snapshot_valid,
             last_error=self._last_error,
+            memory=self._messages.memory(),
         )
 
     def check(self) -> list[str]:
@@ -863,7 +865,7 @@ class Store:
         fs = self._fs
         problems: list[str] = []
         disk = Store.__new__(Store)
-        disk._messages = {}
+        disk._messages = MessageTable()
         disk._log = _LogState()
         disk._decode = decode_message
         disk._open_changes = None
@@ -920,12 +922,15 @@ class Store:
         ):
             if a != b:
                 problems.append(f"{name}: memory has {a}, {LOG_NAME} has {b}")
-        if list(self._messages) != list(disk._messages):
+        if list(self._messages.keys()) != list(disk._messages.keys()):
             problems.append(f"messages: ids or their order differ between memory and {LOG_NAME}")
         else:
-            differing = sum(1 for k, v in self._messages.items() if disk._messages[k] != v)
+            differing = sum(1 for k, v in self._messages.items() if disk._messages.get(k) != v)
             if differing:
                 problems.append(f"messages: {differing} differ between memory and {LOG_NAME}")
+        counted = self._messages.memory()
+        if counted != self._messages.recount():
+            problems.append("messages: the memory counts differ from a fresh count")
         if snap_state is not None and snap_meta is not None:
             if at_snapshot is None:
                 problems.append(f"{SNAPSHOT_NAME}: offset is not a record boundary of {LOG_NAME}")

@@ -123,15 +123,3 @@ def test_relation_index_incoming() -> None:
     assert r.incoming(a) == [(c, "supersedes")]
     r.remove(mc)
     assert r.incoming(a) == [] and r.target_count() == 0
-
-
-def test_dict_table_bytes_matches_cpython() -> None:
-    import sys
-
-    from convmem_engine.service.accounting import dict_table_bytes
-
-    for n in (0, 1, 5, 6, 100, 1000, 50_000):
-        d: dict[int, None] = {}
-        for i in range(n):
-            d[i] = None
-        assert dict_table_bytes(n) == sys.getsizeof(d)
