@@ -24,6 +24,10 @@ Usage: python bench/bench_mcp.py [--sizes 1000,100000,258145] [--million] [--wri
          [--no-index-wait]
          (cold start only, on copies of ready-made stores: handshake, first reply, the
          server's CPU time at each (from /proc), first/later health, index ready, peak RSS)
+       python bench/bench_mcp.py --app-only [--clients 1,8,16] [--per-client 200]
+         [--profile-app DIR [--profile-gil]]
+         (section 4 only: the app through shims; CPU per call of the app, of each shim and
+         of each SDK client, from /proc; optionally a py-spy profile of the app per count)
 Linux only (reads /proc). Prints a table per section; --json keeps every figure for
 bench/plot_mcp.py.
 """
@@ -78,6 +82,20 @@ def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
     return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def children_cpu_seconds(pid: int) -> float:
+    """CPU seconds of the live child processes of `pid` (a worker's shim or server)."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text.rsplit(")", 1)[1].split()
+        if int(fields[1]) == pid:
+            total += cpu_seconds(int(stat.parent.name))
+    return total
 
 
 def vm_hwm_mib(pid: int) -> float:
@@ -341,6 +359,7 @@ async def _drive(
             while not go.exists():
                 time.sleep(0.005)
             began = time.perf_counter()
+            cpu_began, child_began = time.process_time(), children_cpu_seconds(os.getpid())
             for i in range(n):
                 tool, args, ack = write(i)
                 t = time.perf_counter()
@@ -349,7 +368,16 @@ async def _drive(
                 if not result.is_error:
                     acknowledged.append(ack(result))
             ended = time.perf_counter()
-    return {"latencies": latencies, "acknowledged": acknowledged, "began": began, "ended": ended}
+            client_cpu = time.process_time() - cpu_began
+            child_cpu = children_cpu_seconds(os.getpid()) - child_began
+    return {
+        "latencies": latencies,
+        "acknowledged": acknowledged,
+        "began": began,
+        "ended": ended,
+        "client_cpu_s": client_cpu,  # the SDK client (the host's side), while it wrote
+        "child_cpu_s": child_cpu,  # the process it talks to: the shim (or the peer server)
+    }
 
 
 async def _worker(command: list[str], n: int, tag: str, go: Path) -> dict[str, Any]:
@@ -393,10 +421,16 @@ def worker_main(kind: str, command: list[str], n: int, tag: str, go: str, out: s
 
 
 def run_clients(
-    kind: str, command: list[str], clients: int, per_client: int, work: Path
+    kind: str,
+    command: list[str],
+    clients: int,
+    per_client: int,
+    work: Path,
+    on_go: Any = None,
 ) -> list[dict[str, Any]]:
     """`clients` worker processes, each one SDK client on its own server/shim process, all
-    released at once; their latencies, acknowledged ids and start/end times."""
+    released at once; their latencies, acknowledged ids and start/end times. `on_go()` runs
+    just before they are released and its result's `close()` once they have all finished."""
     go = work / f"go-{kind}-{clients}"
     go.unlink(missing_ok=True)
     workers = []
@@ -420,6 +454,7 @@ def run_clients(
         line = process.stdout.readline()
         if line.strip() != "ready":
             raise RuntimeError(f"a {kind} worker did not start")
+    watch = on_go() if on_go is not None else None
     go.touch()
     results = []
     for process, out in workers:
@@ -429,7 +464,57 @@ def run_clients(
         if process.wait(600) != 0:
             raise RuntimeError(f"a {kind} worker failed")
         results.append(json.loads(out.read_text()))
+    if watch is not None:
+        watch.close()
     return results
+
+
+def thread_cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds of each live thread of `pid`, summed by thread name (digits dropped)."""
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip().rstrip("0123456789_")
+            used = _task_cpu(task)
+        except OSError:
+            continue
+        out[name] = out.get(name, 0.0) + used
+    return out
+
+
+def _task_cpu(task: Path) -> float:
+    fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class _AppWatch:
+    """The app's CPU seconds, per thread too (and optionally a py-spy profile) while the
+    workers write."""
+
+    def __init__(self, pid: int, profile: Path | None, gil: bool = False) -> None:
+        self.pid = pid
+        self.load = load_average()
+        self.cpu_before = cpu_seconds(pid)
+        self.threads_before = thread_cpu_seconds(pid)
+        self.cpu = 0.0
+        self.threads: dict[str, float] = {}
+        self.spy: subprocess.Popen[bytes] | None = None
+        if profile is not None:
+            mode = "--gil" if gil else "--idle"
+            spy = [str(Path(PY).parent / "py-spy"), "record", mode, "--threads", "-r", "500"]
+            spy += ["-p", str(pid), "-f", "raw", "-o", str(profile)]
+            self.spy = subprocess.Popen(spy, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1.0)  # attached before the first write
+
+    def close(self) -> None:
+        self.cpu = cpu_seconds(self.pid) - self.cpu_before
+        after = thread_cpu_seconds(self.pid)
+        self.threads = {
+            name: used - self.threads_before.get(name, 0.0) for name, used in after.items()
+        }
+        if self.spy is not None:
+            self.spy.send_signal(2)  # SIGINT: py-spy writes its profile and exits
+            self.spy.wait(60)
 
 
 def summarise_clients(results: list[dict[str, Any]]) -> dict[str, float]:
@@ -437,7 +522,10 @@ def summarise_clients(results: list[dict[str, Any]]) -> dict[str, float]:
     acknowledged = sum(len(r["acknowledged"]) for r in results)
     began = min(r["began"] for r in results)
     ended = max(r["ended"] for r in results)
+    calls = sum(len(r["latencies"]) for r in results)
     return {
+        "client_cpu_ms_per_call": sum(r["client_cpu_s"] for r in results) * 1000 / calls,
+        "child_cpu_ms_per_call": sum(r["child_cpu_s"] for r in results) * 1000 / calls,
         "writes_per_s": acknowledged / (ended - began),
         "p50_ms": p50(latencies),
         "p99_ms": pct(latencies, 0.99),
@@ -471,7 +559,13 @@ def read_back_convmem(data_dir: Path, results: list[dict[str, Any]]) -> int:
     return anyio.run(run)
 
 
-def app_clients(work: Path, counts: list[int], per_client: int) -> dict[int, dict[str, float]]:
+def app_clients(
+    work: Path,
+    counts: list[int],
+    per_client: int,
+    profile_dir: Path | None = None,
+    profile_gil: bool = False,
+) -> dict[int, dict[str, float]]:
     sys.path.insert(0, str(ROOT / "tests" / "app"))
     from app_helpers import control
 
@@ -493,13 +587,24 @@ def app_clients(work: Path, counts: list[int], per_client: int) -> dict[int, dic
             time.sleep(0.05)
         shim = [PY, "-m", "convmem_app", "shim", "--data-dir", str(data_dir)]
         for clients in counts:
-            cpu_before = cpu_seconds(app.pid)
-            results = run_clients("convmem", shim, clients, per_client, work)
-            cpu_after = cpu_seconds(app.pid)
+            watches: list[_AppWatch] = []
+
+            def watch(clients: int = clients, watches: list[_AppWatch] = watches) -> _AppWatch:
+                profile = None
+                if profile_dir is not None:
+                    profile = profile_dir / f"app-{clients}-hosts.txt"
+                watches.append(_AppWatch(app.pid, profile, profile_gil))
+                return watches[-1]
+
+            results = run_clients("convmem", shim, clients, per_client, work, on_go=watch)
             row = summarise_clients(results)
-            # Each worker also made one get_system_health call before the start signal.
-            calls = row["acknowledged"] + clients
-            row["app_cpu_ms_per_call"] = (cpu_after - cpu_before) * 1000 / calls
+            calls = sum(len(r["latencies"]) for r in results)
+            # while the workers wrote (their start and warm-up call are left out)
+            row["app_cpu_ms_per_call"] = watches[0].cpu * 1000 / calls
+            for name, used in watches[0].threads.items():
+                if used > 0:
+                    row[f"app_thread_ms_per_call:{name}"] = used * 1000 / calls
+            row["load"] = float(watches[0].load)
             row["read_back"] = read_back_convmem(data_dir, results)
             out[clients] = row
     finally:
@@ -555,6 +660,72 @@ def peer_figures(work: Path, command: list[str], per_client: int) -> dict[str, A
 # ---- the run --------------------------------------------------------------------------------
 
 
+def stdio_sections(work: Path, args: argparse.Namespace, figures: dict[str, Any]) -> None:
+    """Sections 1-3: the fsync floor, `convmem serve` over stdio and its cold starts."""
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    if args.million:
+        sizes.append(1_000_000)
+    floor = fsync_floor(work, args.writes)
+    figures["fsync_floor"] = {"p50_ms": p50(floor), "p99_ms": pct(floor, 0.99)}
+    print(f"\n1. fsync floor: p50 {p50(floor):.3f} ms, p99 {pct(floor, 0.99):.3f} ms")
+
+    print("\n2/3. convmem serve over stdio, by store size")
+    header = (
+        f"{'messages':>9} {'build s':>8} {'handshake':>9} {'1st reply':>9} {'1st health':>10}"
+        f" {'2nd health':>10} {'idx ready':>9} {'peak MiB':>8} {'write p50':>9} {'p99':>7}"
+    )
+    print(header + "   (ms unless stated; restart: a second start, search.idx loaded)")
+    stores: dict[int, dict[str, float]] = {}
+    empty = work / "empty"
+    empty_writes = stdio_writes(empty, args.writes)
+    stores[0] = {
+        "write_p50_ms": p50(empty_writes),
+        "write_p99_ms": pct(empty_writes, 0.99),
+        **cold_start(work / "empty-cold"),
+    }
+    for size in [0, *sizes]:
+        if size:
+            data_dir = work / f"store-{size}"
+            built = build_store(data_dir, size)
+            row = {"build_s": built, **cold_start(data_dir)}
+            # A restart: the first serve wrote search.idx at its clean close.
+            again = cold_start(data_dir)
+            row["restart_first_reply_ms"] = again["first_reply_ms"]
+            row["restart_index_ready_ms"] = again["index_ready_ms"]
+            row["restart_peak_rss_mib"] = again["peak_rss_mib"]
+            row["restart_estimate_total_mib"] = again["estimate_total_mib"]
+            row["restart_estimate_search_index_mib"] = again["estimate_search_index_mib"]
+            writes = stdio_writes(data_dir, args.writes)
+            row["write_p50_ms"] = p50(writes)
+            row["write_p99_ms"] = pct(writes, 0.99)
+            stores[size] = row
+            shutil.rmtree(data_dir)
+        r = stores[size]
+        print(
+            f"{size:9d} {r.get('build_s', 0):8.1f} {r['handshake_ms']:9.0f}"
+            f" {r['first_reply_ms']:9.0f} {r['first_health_ms']:10.1f}"
+            f" {r['later_health_ms']:10.2f} {r['index_ready_ms']:9.0f}"
+            f" {r['peak_rss_mib']:8.0f} {r['write_p50_ms']:9.2f} {r['write_p99_ms']:7.2f}"
+        )
+        if "restart_index_ready_ms" in r:
+            print(
+                f"{'restart':>9} {'':8} {'':9} {r['restart_first_reply_ms']:9.0f} {'':10}"
+                f" {'':10} {r['restart_index_ready_ms']:9.0f} {r['restart_peak_rss_mib']:8.0f}"
+            )
+            print(
+                f"{'':9} health's memory_estimate: total / search index MiB "
+                f"{r['estimate_total_mib']:.0f} / "
+                f"{r['estimate_search_index_mib']:.0f} (built), "
+                f"{r['restart_estimate_total_mib']:.0f} / "
+                f"{r['restart_estimate_search_index_mib']:.0f} (loaded)"
+            )
+    figures["stores"] = stores
+    print(
+        f"   write p50 on the empty store / fsync floor: "
+        f"{stores[0]['write_p50_ms'] / figures['fsync_floor']['p50_ms']:.1f}x"
+    )
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         kind, tag, n, go, out, dash, *command = sys.argv[2:]
@@ -577,14 +748,26 @@ def main() -> int:
     parser.add_argument(
         "--no-index-wait", action="store_true", help="with --cold-stores: skip 'index ready'"
     )
+    parser.add_argument(
+        "--app-only", action="store_true", help="only section 4 (the app with N hosts)"
+    )
+    parser.add_argument(
+        "--profile-app",
+        default=None,
+        metavar="DIR",
+        help="record a py-spy profile (raw) of the app per host count into DIR "
+        "(needs py-spy in this environment)",
+    )
+    parser.add_argument(
+        "--profile-gil",
+        action="store_true",
+        help="profile only the thread holding the GIL (py-spy --gil) instead of --idle",
+    )
     args = parser.parse_args()
 
     if args.cold_stores:
         stores = args.cold_stores.split(",")
         return cold_stores(stores, args.starts, args.dir, args.json, not args.no_index_wait)
-    sizes = [int(s) for s in args.sizes.split(",") if s]
-    if args.million:
-        sizes.append(1_000_000)
     counts = [int(c) for c in args.clients.split(",") if c]
     work = Path(tempfile.mkdtemp(prefix="cmbench-mcp-", dir=args.dir))
     figures: dict[str, Any] = {
@@ -596,82 +779,33 @@ def main() -> int:
     }
     try:
         print(f"work folder {work}; load average {load_average()}; {os.cpu_count()} CPUs")
-        floor = fsync_floor(work, args.writes)
-        figures["fsync_floor"] = {"p50_ms": p50(floor), "p99_ms": pct(floor, 0.99)}
-        print(f"\n1. fsync floor: p50 {p50(floor):.3f} ms, p99 {pct(floor, 0.99):.3f} ms")
-
-        print("\n2/3. convmem serve over stdio, by store size")
-        header = (
-            f"{'messages':>9} {'build s':>8} {'handshake':>9} {'1st reply':>9} {'1st health':>10}"
-            f" {'2nd health':>10} {'idx ready':>9} {'peak MiB':>8} {'write p50':>9} {'p99':>7}"
-        )
-        print(header + "   (ms unless stated; restart: a second start, search.idx loaded)")
-        stores: dict[int, dict[str, float]] = {}
-        empty = work / "empty"
-        empty_writes = stdio_writes(empty, args.writes)
-        stores[0] = {
-            "write_p50_ms": p50(empty_writes),
-            "write_p99_ms": pct(empty_writes, 0.99),
-            **cold_start(work / "empty-cold"),
-        }
-        for size in [0, *sizes]:
-            if size:
-                data_dir = work / f"store-{size}"
-                built = build_store(data_dir, size)
-                row = {"build_s": built, **cold_start(data_dir)}
-                # A restart: the first serve wrote search.idx at its clean close.
-                again = cold_start(data_dir)
-                row["restart_first_reply_ms"] = again["first_reply_ms"]
-                row["restart_index_ready_ms"] = again["index_ready_ms"]
-                row["restart_peak_rss_mib"] = again["peak_rss_mib"]
-                row["restart_estimate_total_mib"] = again["estimate_total_mib"]
-                row["restart_estimate_search_index_mib"] = again["estimate_search_index_mib"]
-                writes = stdio_writes(data_dir, args.writes)
-                row["write_p50_ms"] = p50(writes)
-                row["write_p99_ms"] = pct(writes, 0.99)
-                stores[size] = row
-                shutil.rmtree(data_dir)
-            r = stores[size]
-            print(
-                f"{size:9d} {r.get('build_s', 0):8.1f} {r['handshake_ms']:9.0f}"
-                f" {r['first_reply_ms']:9.0f} {r['first_health_ms']:10.1f}"
-                f" {r['later_health_ms']:10.2f} {r['index_ready_ms']:9.0f}"
-                f" {r['peak_rss_mib']:8.0f} {r['write_p50_ms']:9.2f} {r['write_p99_ms']:7.2f}"
-            )
-            if "restart_index_ready_ms" in r:
-                print(
-                    f"{'restart':>9} {'':8} {'':9} {r['restart_first_reply_ms']:9.0f} {'':10}"
-                    f" {'':10} {r['restart_index_ready_ms']:9.0f} {r['restart_peak_rss_mib']:8.0f}"
-                )
-                print(
-                    f"{'':9} health's memory_estimate: total / search index MiB "
-                    f"{r['estimate_total_mib']:.0f} / "
-                    f"{r['estimate_search_index_mib']:.0f} (built), "
-                    f"{r['restart_estimate_total_mib']:.0f} / "
-                    f"{r['restart_estimate_search_index_mib']:.0f} (loaded)"
-                )
-        figures["stores"] = stores
-        print(
-            f"   write p50 on the empty store / fsync floor: "
-            f"{stores[0]['write_p50_ms'] / figures['fsync_floor']['p50_ms']:.1f}x"
-        )
+        if not args.app_only:
+            stdio_sections(work, args, figures)
 
         print(f"\n4. convmem app, N hosts through convmem-shim ({args.per_client} writes each)")
-        app = app_clients(work, counts, args.per_client)
+        profile_dir = Path(args.profile_app).resolve() if args.profile_app else None
+        app = app_clients(work, counts, args.per_client, profile_dir, args.profile_gil)
         figures["app"] = app
         one = app[counts[0]]["writes_per_s"] if counts else float("nan")
         print(
-            f"{'hosts':>5} {'writes/s':>9} {'x 1 host':>8} {'p50 ms':>7} {'p99 ms':>7}"
-            f" {'acked':>6} {'read back':>9} {'app CPU ms/call':>15}"
+            f"{'hosts':>5} {'load':>5} {'writes/s':>9} {'x 1 host':>8} {'p50 ms':>7}"
+            f" {'p99 ms':>7} {'acked':>6} {'read back':>9}   CPU ms per call: app  shim  client"
         )
         for clients, r in app.items():
             print(
-                f"{clients:5d} {r['writes_per_s']:9.0f} {r['writes_per_s'] / one:8.2f}"
-                f" {r['p50_ms']:7.2f} {r['p99_ms']:7.2f} {r['acknowledged']:6.0f}"
-                f" {r['read_back']:9.0f} {r['app_cpu_ms_per_call']:15.3f}"
+                f"{clients:5d} {r['load']:5.2f} {r['writes_per_s']:9.0f}"
+                f" {r['writes_per_s'] / one:8.2f} {r['p50_ms']:7.2f} {r['p99_ms']:7.2f}"
+                f" {r['acknowledged']:6.0f} {r['read_back']:9.0f}"
+                f" {r['app_cpu_ms_per_call']:21.3f} {r['child_cpu_ms_per_call']:5.3f}"
+                f" {r['client_cpu_ms_per_call']:7.3f}"
             )
+            threads = sorted(
+                ((k.split(":", 1)[1], v) for k, v in r.items() if k.startswith("app_thread")),
+                key=lambda item: -item[1],
+            )
+            print("      app threads, ms/call: " + ", ".join(f"{k} {v:.3f}" for k, v in threads))
 
-        if not args.no_peer:
+        if not args.no_peer and not args.app_only:
             command = install_peer(work)
             if command is not None:
                 peer = peer_figures(work, command, args.per_client)
@@ -680,8 +814,8 @@ def main() -> int:
                 print(f"\n5. {NPM_PEER} (node, stdio, same client code)")
                 print(
                     f"   1 host: write p50 {s['p50_ms']:.2f} ms, p99 {s['p99_ms']:.2f} ms "
-                    f"(convmem serve: {stores[0]['write_p50_ms']:.2f} ms; ratio "
-                    f"{stores[0]['write_p50_ms'] / s['p50_ms']:.2f})"
+                    f"(convmem serve: {figures['stores'][0]['write_p50_ms']:.2f} ms; ratio "
+                    f"{figures['stores'][0]['write_p50_ms'] / s['p50_ms']:.2f})"
                 )
                 print(
                     f"   8 hosts on one memory file: {e['acknowledged']:.0f} acknowledged, "

@@ -286,13 +286,25 @@ class ConvMemApp(QObject):
         self._change_timer.setSingleShot(True)
         self._change_timer.setInterval(500)
         self._change_timer.timeout.connect(self.refresh_health)
-        self._storeChanged.connect(self._change_timer.start, queued)
+        self._storeChanged.connect(self._on_store_changed, queued)
+        self._store_change_queued = False  # a _storeChanged is on its way to the GUI thread
 
     # ---- startup ----
 
     def _set_state(self, state: AppState) -> None:
         self.state = state
         self.stateChanged.emit(state.value)
+
+    def _on_store_change(self, _event: object) -> None:
+        # Writer thread, once per change: one queued signal for all changes the GUI thread
+        # has not seen yet (a cross-thread signal per write costs the GUI thread per write).
+        if not self._store_change_queued:
+            self._store_change_queued = True
+            self._storeChanged.emit()
+
+    def _on_store_changed(self) -> None:
+        self._store_change_queued = False
+        self._change_timer.start()  # health is refreshed once writes pause for 500 ms
 
     @property
     def service(self) -> MemoryService | None:
@@ -351,7 +363,7 @@ class ConvMemApp(QObject):
         bridge.quitRequested.connect(self.quit)
         bridge.set_status_provider(self._control_status)
         self._unsubscribe = [
-            runtime.service.subscribe(lambda _event: self._storeChanged.emit()),
+            runtime.service.subscribe(self._on_store_change),
             runtime.clients.subscribe(self._clientsChanged.emit),
         ]
         self._start_portability(runtime)

@@ -4,11 +4,25 @@
 adds it to the running Runtime from the GUI thread (`start` listens), and `Runtime.stop` stops
 it (`stop` runs the graceful shutdown below and waits until it is done).
 
-Each accepted QLocalSocket is one host (one `convmem-shim`). Its bytes are fed, from the Qt
-main thread, into an `asyncio.StreamReader` on the engine loop (`call_soon_threadsafe`); the
-engine answers through a `send` coroutine that hands the bytes back to the Qt thread with a
-queued signal, where they are written to the socket. Qt objects are only ever touched on the
-main thread, asyncio objects only on the engine thread.
+Each accepted QLocalSocket is one host (one `convmem-shim`). The Qt thread accepts it and reads
+its first bytes (a control message or MCP?). Then, for MCP, one of two byte paths:
+
+- **direct** (Linux, macOS: the default off Windows): the connected Unix socket's descriptor is
+  duplicated and served by the engine loop itself (`loop.connect_accepted_socket`); the Qt
+  object is dropped (closing it closes only Qt's copy of the descriptor). Every byte after the
+  first read goes socket -> engine loop -> socket, with no Qt thread hand-off per request, and
+  asyncio's flow control in both directions (reading pauses while 2 MiB wait unread; writing
+  waits while more than `HIGH_WATER` bytes wait to be sent). The listener and its access
+  control stay Qt's (`UserAccessOption`).
+- **relayed** (Windows, where QLocalServer's named pipe, with its user-only security
+  descriptor, has no asyncio counterpart): the Qt thread reads the socket and hands the bytes
+  to the engine loop in batches (one `call_soon_threadsafe` wakes the loop for everything read
+  until the loop takes it); the engine hands its replies back the same way (one queued signal
+  for all replies the Qt thread has not taken yet), where they are written to the socket.
+
+Either way the bytes reach an `asyncio.StreamReader` that `Runtime.serve_session` reads. Qt
+objects are only ever touched on the main thread, asyncio objects only on the engine thread;
+what the two share for a relayed connection (`_Relay`) is guarded by a lock.
 
 Control messages: a connection whose first bytes are `{"convmem_control":` is not a host but
 another ConvMem process talking to this app. Its first line is one JSON object
@@ -28,7 +42,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+import os
+import socket
+import sys
+import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -44,8 +62,10 @@ if TYPE_CHECKING:
 CONTROL_PREFIX = b'{"convmem_control":'
 CONTROL_LINE_MAX = 4096
 # `serve_lines` reads chunks (not readline) and bounds line length itself; the limit only
-# decides when the reader would pause a transport, and there is none here.
+# decides when the reader pauses its transport (above twice the limit). Relayed connections
+# have no transport to pause; a direct one stops reading the socket while 2 MiB wait unread.
 READER_LIMIT = 64 * 1024 * 1024
+DIRECT_READER_LIMIT = 1024 * 1024
 SHUTTING_DOWN_CODE = -32000
 # Output flow control: a session's `send` waits while more than HIGH_WATER bytes are queued for
 # a socket (a host that does not read), until they drop to LOW_WATER.
@@ -70,18 +90,70 @@ def _shutting_down_reply(request_line: bytes) -> bytes | None:
     return json.dumps({"jsonrpc": "2.0", "id": message["id"], "error": error}).encode() + b"\n"
 
 
+class _Relay:
+    """What the Qt thread and the engine loop share for one relayed connection: bytes read
+    and not yet taken by the engine (`inbox`), replies not yet taken by the Qt thread
+    (`outbox`), and the bytes handed to Qt and not yet written (`unsent`). Each side wakes the
+    other only when a box goes from empty to full, so a busy side takes many chunks at once."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.inbox: list[bytes] = []
+        self.outbox: list[bytes] = []
+        self.unsent = 0
+        self.blocked = False  # the engine waits for `unsent` to drop to LOW_WATER
+        self.writable = asyncio.Event()  # engine side; set from the Qt thread via call_soon
+
+    def put_in(self, data: bytes) -> bool:
+        """Qt thread: queue bytes read; True when the engine must be woken to take them."""
+        with self.lock:
+            self.inbox.append(data)
+            return len(self.inbox) == 1
+
+    def take_in(self) -> bytes:
+        with self.lock:
+            chunks, self.inbox = self.inbox, []
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def put_out(self, data: bytes) -> tuple[bool, bool]:
+        """Engine: queue a reply; (wake the Qt thread?, wait for the socket to drain?)."""
+        with self.lock:
+            self.outbox.append(data)
+            self.unsent += len(data)
+            if self.unsent > HIGH_WATER and not self.blocked:
+                self.blocked = True
+                self.writable.clear()
+            return len(self.outbox) == 1, self.blocked
+
+    def take_out(self) -> bytes:
+        with self.lock:
+            chunks, self.outbox = self.outbox, []
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def written(self, count: int) -> bool:
+        """Qt thread: `count` bytes reached the socket; True when the engine must be woken."""
+        with self.lock:
+            self.unsent -= count
+            if self.blocked and self.unsent <= LOW_WATER:
+                self.blocked = False
+                return True
+            return False
+
+
 @dataclass
 class _EngineSession:
     """Engine-thread state of one MCP connection."""
 
     reader: asyncio.StreamReader
+    relay: _Relay | None = None  # a relayed connection; else direct, with `transport`
+    transport: asyncio.Transport | None = None
     at_line_start: bool = True  # the last byte fed was a newline (or nothing was fed)
     accepting: bool = True  # False once shutdown began: no new requests reach the session
     refused: bytes = b""  # bytes after shutdown, split into lines to refuse each request
     eof: bool = False  # the reader has been told end of input
     gone: bool = False  # the socket is closed: nothing more can be written
-    unsent: int = 0  # bytes handed to the Qt thread and not yet written to the socket
-    writable: asyncio.Event = field(default_factory=asyncio.Event)
+    writable: asyncio.Event = field(default_factory=asyncio.Event)  # direct: not paused
+    closed: asyncio.Event = field(default_factory=asyncio.Event)  # direct: socket closed
     task: asyncio.Task[None] | None = None
 
 
@@ -93,6 +165,44 @@ class _Connection:
     socket: QLocalSocket
     mode: str = "sniff"  # sniff -> mcp | control
     buffer: bytes = b""
+    relay: _Relay | None = None
+
+
+class _DirectProtocol(asyncio.Protocol):
+    """The engine loop's side of a direct connection: bytes in to the session, flow control."""
+
+    def __init__(self, bridge: PipeBridge, cid: int, session: _EngineSession) -> None:
+        self._bridge = bridge
+        self._cid = cid
+        self._session = session
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
+        self._session.transport = transport
+        self._session.writable.set()
+        self._session.reader.set_transport(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._bridge._e_feed(self._cid, data)
+
+    def eof_received(self) -> bool:
+        # The host closed its side for writing: answer what it has sent, then close.
+        PipeBridge._e_end_input(self._session)
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        session = self._session
+        session.gone = True
+        session.writable.set()
+        PipeBridge._e_end_input(session)
+        session.closed.set()
+
+    def pause_writing(self) -> None:
+        self._session.writable.clear()
+
+    def resume_writing(self) -> None:
+        self._session.writable.set()
 
 
 class PipeBridge(QObject):
@@ -105,14 +215,18 @@ class PipeBridge(QObject):
     quitRequested = Signal()
     drained = Signal()
 
-    _outgoing = Signal(int, object)
+    _outgoing = Signal(int)
     _engineEnded = Signal(int)
     _engineDrained = Signal()
     _shutdownRequested = Signal(float)
 
-    def __init__(self, name: str, parent: QObject | None = None) -> None:
+    def __init__(self, name: str, parent: QObject | None = None, *, direct: bool | None = None):
+        """`direct`: serve MCP connections' bytes on the engine loop (see the module doc);
+        by default off Windows only."""
         super().__init__(parent)
         self.name = name
+        self.direct = sys.platform != "win32" if direct is None else direct
+        self._direct_cids: set[int] = set()  # Qt thread: direct connections still open
         self._runtime: Runtime | None = None
         self._engine: EngineThread | None = None
         self._stopped: asyncio.Event | None = None  # engine thread: set once drained
@@ -192,18 +306,17 @@ class PipeBridge(QObject):
             self._connections[cid] = conn
             socket.readyRead.connect(lambda c=conn: self._on_ready_read(c))
             socket.disconnected.connect(lambda c=conn: self._on_disconnected(c))
-            socket.bytesWritten.connect(
-                lambda count, c=conn: self.engine.call_soon(self._e_written, c.cid, count)
-            )
+            socket.bytesWritten.connect(lambda count, c=conn: self._on_bytes_written(c, count))
             if socket.bytesAvailable():
                 self._on_ready_read(conn)
 
     def _on_ready_read(self, conn: _Connection) -> None:
-        data = bytes(conn.socket.readAll().data())
+        data = bytes(conn.socket.readAll().data())  # bytes already: no copy
         if not data:
             return
-        if conn.mode == "mcp":
-            self.engine.call_soon(self._e_feed, conn.cid, data)
+        if conn.relay is not None:
+            if conn.relay.put_in(data):
+                self.engine.call_soon(self._e_feed_relayed, conn.cid)
             return
         conn.buffer += data
         if conn.mode == "sniff":
@@ -220,8 +333,21 @@ class PipeBridge(QObject):
     def _start_mcp(self, conn: _Connection) -> None:
         conn.mode = "mcp"
         data, conn.buffer = conn.buffer, b""
-        self.engine.call_soon(self._e_start, conn.cid)
-        self.engine.call_soon(self._e_feed, conn.cid, data)
+        if self.direct:
+            # Hand the connected socket to the engine loop: a duplicate of its descriptor,
+            # then Qt's object is dropped (abort closes Qt's descriptor only; nothing is sent
+            # and the connection stays open). Qt has read nothing beyond `data`.
+            descriptor = os.dup(int(conn.socket.socketDescriptor()))
+            conn.socket.blockSignals(True)
+            conn.socket.abort()
+            conn.socket.deleteLater()
+            del self._connections[conn.cid]
+            self._direct_cids.add(conn.cid)
+            self.engine.call_soon(self._e_start_direct, conn.cid, descriptor, data)
+        else:
+            conn.relay = _Relay()
+            conn.relay.put_in(data)
+            self.engine.call_soon(self._e_start_relayed, conn.cid, conn.relay)
         self._set_hosts(self._hosts + 1)
 
     def _handle_control(self, conn: _Connection) -> None:
@@ -257,14 +383,28 @@ class PipeBridge(QObject):
         conn.socket.deleteLater()
         self._maybe_finish_drain()
 
-    def _on_outgoing(self, cid: int, data: bytes) -> None:
+    def _on_outgoing(self, cid: int) -> None:
         conn = self._connections.get(cid)
-        if conn is not None and conn.socket.state() == QLocalSocket.LocalSocketState.ConnectedState:
+        if conn is None or conn.relay is None:
+            return
+        data = conn.relay.take_out()
+        if conn.socket.state() == QLocalSocket.LocalSocketState.ConnectedState:
             conn.socket.write(data)
 
+    def _on_bytes_written(self, conn: _Connection, count: int) -> None:
+        relay = conn.relay
+        if relay is not None and relay.written(count):
+            self.engine.call_soon(relay.writable.set)
+
     def _on_engine_ended(self, cid: int) -> None:
-        # The session is over on the engine side (EOF or the session ended): close the pipe,
-        # after what is still buffered has been written.
+        # The session is over on the engine side (EOF or the session ended). A direct
+        # connection is closed by the engine; a relayed one is closed here, after what is
+        # still buffered has been written.
+        if cid in self._direct_cids:
+            self._direct_cids.discard(cid)
+            self._set_hosts(self._hosts - 1)
+            self._maybe_finish_drain()
+            return
         conn = self._connections.get(cid)
         if conn is not None:
             conn.socket.disconnectFromServer()
@@ -301,6 +441,7 @@ class PipeBridge(QObject):
         for conn in list(self._connections.values()):
             conn.socket.abort()
         self._connections.clear()
+        self._direct_cids.clear()
         if self._hosts:
             self._set_hosts(0)
         self._drained = True
@@ -314,25 +455,67 @@ class PipeBridge(QObject):
 
     # ---- engine thread ---------------------------------------------------------------------
 
-    def _e_start(self, cid: int) -> None:
-        session = _EngineSession(asyncio.StreamReader(limit=READER_LIMIT))
+    def _e_start_relayed(self, cid: int, relay: _Relay) -> None:
+        session = _EngineSession(asyncio.StreamReader(limit=READER_LIMIT), relay=relay)
         self._sessions[cid] = session
 
         async def send(data: bytes) -> None:
             if session.gone:
                 raise ConnectionResetError("the host's pipe is closed")
-            session.unsent += len(data)
-            self._outgoing.emit(cid, data)
-            if session.unsent > HIGH_WATER:
-                session.writable.clear()
+            wake, wait = relay.put_out(data)
+            if wake:
+                self._outgoing.emit(cid)
+            if wait:
+                await relay.writable.wait()
+
+        self._e_run(cid, session, send)
+        self._e_feed_relayed(cid)  # the first bytes, read while sniffing
+
+    def _e_start_direct(self, cid: int, descriptor: int, first: bytes) -> None:
+        session = _EngineSession(asyncio.StreamReader(limit=DIRECT_READER_LIMIT))
+        self._sessions[cid] = session
+        self._e_feed(cid, first)
+
+        async def send(data: bytes) -> None:
+            transport = session.transport
+            if session.gone or transport is None or transport.is_closing():
+                raise ConnectionResetError("the host's pipe is closed")
+            transport.write(data)
+            if not session.writable.is_set():
                 await session.writable.wait()
 
+        async def connect() -> None:
+            loop = asyncio.get_running_loop()
+            try:
+                sock = socket.socket(fileno=descriptor)
+            except OSError:
+                os.close(descriptor)
+                raise
+            try:
+                await loop.connect_accepted_socket(
+                    lambda: _DirectProtocol(self, cid, session), sock
+                )
+            except BaseException:
+                sock.close()
+                raise
+
+        self._e_run(cid, session, send, connect)
+
+    def _e_run(
+        self,
+        cid: int,
+        session: _EngineSession,
+        send: Callable[[bytes], Awaitable[None]],
+        connect: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         async def read_chunk() -> bytes:
             return await session.reader.read(READ_CHUNK_BYTES)
 
         async def run() -> None:
             assert self._runtime is not None
             try:
+                if connect is not None:
+                    await connect()
                 await self._runtime.serve_session(self.transport, read_chunk, send)
             except asyncio.CancelledError:
                 raise
@@ -340,9 +523,20 @@ class PipeBridge(QObject):
                 log.error("MCP session %d ended with %s", cid, type(exc).__name__)
             finally:
                 self._sessions.pop(cid, None)
+                if session.transport is not None:
+                    session.transport.close()  # what is buffered is written first
+                else:
+                    session.closed.set()
                 self._engineEnded.emit(cid)
 
         session.task = asyncio.get_running_loop().create_task(run(), name=f"mcp-session-{cid}")
+
+    def _e_feed_relayed(self, cid: int) -> None:
+        session = self._sessions.get(cid)
+        if session is not None and session.relay is not None:
+            data = session.relay.take_in()
+            if data:
+                self._e_feed(cid, data)
 
     def _e_feed(self, cid: int, data: bytes) -> None:
         session = self._sessions.get(cid)
@@ -371,22 +565,21 @@ class PipeBridge(QObject):
         *lines, session.refused = (session.refused + data).split(b"\n")
         for line in lines:
             reply = _shutting_down_reply(line)
-            if reply is not None:
-                session.unsent += len(reply)
-                self._outgoing.emit(cid, reply)
-
-    def _e_written(self, cid: int, count: int) -> None:
-        session = self._sessions.get(cid)
-        if session is not None:
-            session.unsent -= count
-            if session.unsent <= LOW_WATER:
-                session.writable.set()
+            if reply is None or session.gone:
+                continue
+            if session.relay is not None:
+                if session.relay.put_out(reply)[0]:
+                    self._outgoing.emit(cid)
+            elif session.transport is not None and not session.transport.is_closing():
+                session.transport.write(reply)
 
     def _e_disconnected(self, cid: int) -> None:
         session = self._sessions.get(cid)
         if session is not None:
             session.gone = True
             session.writable.set()
+            if session.relay is not None:
+                session.relay.writable.set()
             self._e_end_input(session)
 
     @staticmethod
@@ -399,6 +592,7 @@ class PipeBridge(QObject):
         try:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + grace
+            direct = [s for s in self._sessions.values() if s.relay is None]
             for session in self._sessions.values():
                 session.accepting = False
                 if session.at_line_start:
@@ -412,5 +606,14 @@ class PipeBridge(QObject):
                 if pending:
                     log.warning("%d session(s) did not finish within the quit grace", len(pending))
                     await asyncio.gather(*pending, return_exceptions=True)
+            # Direct connections: their last replies written, the sockets closed.
+            closing = [asyncio.ensure_future(s.closed.wait()) for s in direct]
+            if closing:
+                _closed, unclosed = await asyncio.wait(closing, timeout=2.0)
+                for waiter in unclosed:
+                    waiter.cancel()
+                for session in direct:
+                    if session.transport is not None and not session.closed.is_set():
+                        session.transport.abort()
         finally:
             self._engineDrained.emit()

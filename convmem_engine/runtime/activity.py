@@ -61,12 +61,12 @@ class ActivityLog:
     def _client_name(self, client_id: int | None) -> str:
         if client_id is None or self._clients is None:
             return ""
-        for c in self._clients.clients():
-            if c.client_id == client_id:
-                name = f"{c.name} {c.version}".strip() or f"{c.transport} client {client_id}"
-                self._names[client_id] = name
-                return name
-        return self._names.get(client_id, f"client {client_id}")
+        c = self._clients.get(client_id)
+        if c is None:
+            return self._names.get(client_id, f"client {client_id}")
+        name = f"{c.name} {c.version}".strip() or f"{c.transport} client {client_id}"
+        self._names[client_id] = name
+        return name
 
     def _on_change(self, event: ChangeEvent) -> None:
         client_id = CURRENT_CLIENT.get()

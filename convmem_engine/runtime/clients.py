@@ -108,6 +108,11 @@ class ClientRegistry:
         with self._lock:
             return sorted(self._clients.values(), key=lambda c: c.client_id)
 
+    def get(self, client_id: int) -> ClientInfo | None:
+        """One connected client, or None when it is not (or no longer) connected."""
+        with self._lock:
+            return self._clients.get(client_id)
+
     def count(self, transport: str | None = None) -> int:
         with self._lock:
             if transport is None:

@@ -3,13 +3,14 @@ control messages, and what a host sees when the app quits under it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
-from app_helpers import initialize_request, lines, write_call
+from app_helpers import INITIALIZED, initialize_request, lines, request, write_call
 from pytestqt.qtbot import QtBot
 
 from convmem_app.shell.pipe_bridge import SHUTTING_DOWN_CODE, PipeBridge
@@ -31,12 +32,12 @@ def write(request_id: int, content: str) -> bytes:
 class Bridge:
     """A running Runtime with the pipe bridge as its listener (as the app has it)."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, direct: bool) -> None:
         self.runtime = Runtime(data_dir)
         self.runtime.open()
         self.service = self.runtime.service
         self.name = endpoint(data_dir)
-        self.bridge = PipeBridge(self.name)
+        self.bridge = PipeBridge(self.name, direct=direct)
         self.runtime.add_listener(self.bridge)
 
     def close(self, qtbot: QtBot) -> None:
@@ -44,9 +45,11 @@ class Bridge:
         qtbot.waitUntil(stopped.done, timeout=30_000)
 
 
-@pytest.fixture
-def bridge(tmp_path: Path, qtbot: QtBot) -> Iterator[Bridge]:
-    b = Bridge(tmp_path / "data")
+@pytest.fixture(params=[True, False], ids=["direct", "relayed"])
+def bridge(tmp_path: Path, qtbot: QtBot, request: pytest.FixtureRequest) -> Iterator[Bridge]:
+    """Both byte paths: direct (the engine loop serves the socket; the default off Windows)
+    and relayed through the Qt thread (what Windows runs)."""
+    b = Bridge(tmp_path / "data", direct=request.param)
     yield b
     b.close(qtbot)
 
@@ -137,3 +140,182 @@ def test_the_runtime_lists_pipe_hosts_and_its_stop_drains_the_pipe(
     assert bridge.runtime.clients.count() == 0
     assert not Path(bridge.name).exists()
     MemoryService.open(bridge.runtime.data_dir).close()  # the lock was released
+
+
+# ---- the byte path: chunks, lines, closing, back-pressure (both modes) ----------------------
+
+
+class Host:
+    """A raw host on the bridge's socket, reading replies while the Qt loop runs."""
+
+    def __init__(self, bridge: Bridge, qtbot: QtBot) -> None:
+        self.qtbot = qtbot
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.connect(bridge.name)
+        self.buffer = bytearray()
+        self.replies: dict[object, dict[str, object]] = {}
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def _collect(self) -> None:
+        self.sock.setblocking(False)
+        while True:
+            try:
+                chunk = self.sock.recv(1 << 20)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            self.buffer.extend(chunk)
+        *complete, rest = bytes(self.buffer).split(b"\n")
+        self.buffer[:] = rest
+        for line in complete:
+            reply = json.loads(line)
+            self.replies[reply.get("id")] = reply
+
+    def wait_for(self, ids: Iterable[object]) -> None:
+        wanted = set(ids)
+
+        def arrived() -> bool:
+            self._collect()
+            return wanted <= self.replies.keys()
+
+        self.qtbot.waitUntil(arrived, timeout=60_000)
+
+
+def stored(bridge: Bridge, session: str) -> list[str]:
+    history = bridge.service.read_messages(session_id=session, limit=1000)["history"]
+    return [m["content"] for m in history]
+
+
+def test_many_lines_in_one_chunk_and_lines_split_across_chunks(
+    bridge: Bridge, qtbot: QtBot
+) -> None:
+    host = Host(bridge, qtbot)
+    try:
+        burst = INITIALIZE + lines(INITIALIZED)
+        burst += b"".join(write(i, f"burst {i}") for i in range(2, 32))
+        host.sock.sendall(burst)  # one send: many lines reach the app in one chunk
+        host.wait_for(range(1, 32))
+        # A line cut into pieces, some inside multi-byte UTF-8 characters.
+        text = "split ü€😀 end"
+        raw = json.dumps(write_call(40, "bridge", text), ensure_ascii=False)  # real UTF-8
+        request = raw.encode() + b"\n" + write(41, "after the split")
+        cuts = sorted({7, 8, 30, request.index("ü".encode()) + 1, request.index(b"\xf0") + 2})
+        pieces = [request[a:b] for a, b in zip([0, *cuts], [*cuts, len(request)], strict=True)]
+        for piece in pieces:
+            host.sock.sendall(piece)
+            qtbot.wait(20)  # let the pieces arrive apart
+        host.wait_for([40, 41])
+    finally:
+        host.close()
+    assert all("result" in host.replies[i] for i in [*range(1, 32), 40, 41])
+    expected = [f"burst {i}" for i in range(2, 32)] + [text, "after the split"]
+    assert sorted(stored(bridge, "bridge")) == sorted(expected)
+
+
+def test_a_host_closing_in_the_middle_of_a_line(bridge: Bridge, qtbot: QtBot) -> None:
+    host = Host(bridge, qtbot)
+    host.sock.sendall(INITIALIZE + lines(INITIALIZED))
+    host.wait_for([1])
+    assert bridge.bridge.host_count == 1
+    host.sock.sendall(write(2, "never finished")[:40])
+    host.close()
+    qtbot.waitUntil(lambda: bridge.bridge.host_count == 0, timeout=30_000)
+    qtbot.waitUntil(lambda: bridge.runtime.clients.count() == 0, timeout=30_000)
+    assert stored(bridge, "bridge") == []  # the half line was not served
+    again = Host(bridge, qtbot)  # the bridge serves the next host as before
+    try:
+        again.sock.sendall(INITIALIZE + lines(INITIALIZED) + write(2, "next host"))
+        again.wait_for([1, 2])
+    finally:
+        again.close()
+    assert stored(bridge, "bridge") == ["next host"]
+
+
+def content_read(request_id: int, message_id: str) -> bytes:
+    arguments = {"view": "content", "message_id": message_id, "content_limit": 65536}
+    return lines(
+        request(request_id, "tools/call", {"name": "read_messages", "arguments": arguments})
+    )
+
+
+def test_a_host_that_stops_reading_is_held_back_and_loses_nothing(
+    bridge: Bridge, qtbot: QtBot
+) -> None:
+    """Replies pile up while the host does not read: the engine stops writing at HIGH_WATER,
+    the session stops reading at its in-flight cap, and (direct) the socket is no longer
+    read, so the host's own writes block. Once it reads, every request is answered."""
+    big = bridge.service.write_message(session_id="big", role="user", content="x" * 65536)
+    message_id = big["message"]["message_id"]
+    host = Host(bridge, qtbot)
+    try:
+        host.sock.sendall(INITIALIZE + lines(INITIALIZED))
+        host.wait_for([1])
+        reads = range(100, 250)  # 150 replies of 64 KiB and more: far over HIGH_WATER
+        host.sock.sendall(b"".join(content_read(i, message_id) for i in reads))
+        sessions = bridge.bridge._sessions
+
+        def output_held() -> bool:
+            for s in list(sessions.values()):
+                if (s.relay is not None and s.relay.blocked) or not s.writable.is_set():
+                    return True
+            return False
+
+        qtbot.waitUntil(output_held, timeout=30_000)
+        writes = b"".join(write(i, f"{i}:" + "y" * 262_144) for i in range(1000, 1040))
+        sent = 0
+        if bridge.bridge.direct:
+            host.sock.setblocking(False)
+            blocked_twice = False
+            while sent < len(writes) and not blocked_twice:
+                try:
+                    sent += host.sock.send(writes[sent : sent + 65536])
+                except BlockingIOError:
+                    qtbot.wait(300)  # time enough for an app that reads to drain some
+                    try:
+                        sent += host.sock.send(writes[sent : sent + 65536])
+                    except BlockingIOError:
+                        blocked_twice = True
+            assert blocked_twice, "the app kept reading a host that does not read its replies"
+            assert sent < 16 * 1024 * 1024
+
+        def sent_all_and_answered() -> bool:
+            nonlocal sent
+            host.sock.setblocking(False)
+            if sent < len(writes):
+                with contextlib.suppress(BlockingIOError):
+                    sent += host.sock.send(writes[sent : sent + 65536])
+            host._collect()
+            return sent == len(writes) and {*reads, *range(1000, 1040)} <= host.replies.keys()
+
+        qtbot.waitUntil(sent_all_and_answered, timeout=120_000)
+        host.sock.sendall(write(2000, "still served"))
+        host.wait_for([2000])
+    finally:
+        host.close()
+    for i in reads:
+        text = json.loads(host.replies[i]["result"]["content"][0]["text"])  # type: ignore[index]
+        assert text["content_range"]["content"] == "x" * 65536
+    for i in [*range(1000, 1040), 2000]:
+        text = json.loads(host.replies[i]["result"]["content"][0]["text"])  # type: ignore[index]
+        assert text["status"] == "OK"
+
+
+def test_direct_a_host_that_half_closes_gets_its_answers(tmp_path: Path, qtbot: QtBot) -> None:
+    """Direct connections (the engine loop owns the socket) answer what a host sent before it
+    shut down its writing side, then close."""
+    b = Bridge(tmp_path / "data", direct=True)
+    try:
+        host = Host(b, qtbot)
+        try:
+            host.sock.sendall(INITIALIZE + lines(INITIALIZED) + write(2, "then half-closed"))
+            host.sock.shutdown(socket.SHUT_WR)
+            host.wait_for([1, 2])
+            assert read_line(host.sock, qtbot, host.buffer) == b"<EOF>"
+        finally:
+            host.close()
+        assert stored(b, "bridge") == ["then half-closed"]
+    finally:
+        b.close(qtbot)
