@@ -337,11 +337,18 @@ class PipeBridge(QObject):
             # Hand the connected socket to the engine loop: a duplicate of its descriptor,
             # then Qt's object is dropped (abort closes Qt's descriptor only; nothing is sent
             # and the connection stays open). Qt has read nothing beyond `data`.
-            descriptor = os.dup(int(conn.socket.socketDescriptor()))
+            try:
+                descriptor = os.dup(int(conn.socket.socketDescriptor()))
+            except OSError as exc:  # already closed (-1), or out of descriptors
+                log.warning("cannot take over a host's socket: %s", type(exc).__name__)
+                descriptor = -1
             conn.socket.blockSignals(True)
             conn.socket.abort()
             conn.socket.deleteLater()
             del self._connections[conn.cid]
+            if descriptor < 0:
+                self._maybe_finish_drain()
+                return
             self._direct_cids.add(conn.cid)
             self.engine.call_soon(self._e_start_direct, conn.cid, descriptor, data)
         else:
