@@ -196,6 +196,8 @@ def serve(data_dir: Path, http: HttpOptions | None = None) -> int:
             )
         with _counting_stop_signals() as signals:
             if http is not None and not _start_http(runtime, http):
+                if front is not None:  # (start_http printed why on stderr)
+                    front.fail("convmem serve could not start: the HTTP listener failed")
                 runtime.stop(0)
                 return EXIT_LISTEN
             if http is not None and http.no_stdio:

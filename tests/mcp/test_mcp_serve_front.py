@@ -347,3 +347,28 @@ def test_the_sdk_client_connects_while_the_open_is_held(tmp_path: Path, mode: st
 
     anyio.run(scenario)
     assert released.is_set()
+
+
+def test_a_busy_http_port_after_the_handshake_answers_the_waiting_calls(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, *serve_args(tmp_path / "data", "--http", "--port", str(port))],
+            input=initialize() + b"\n" + _health_call(2) + b"\n",
+            capture_output=True,
+            env=child_env(),
+            timeout=60,
+        )
+    assert proc.returncode == 3
+    found = answer_for(initialize())
+    assert found is not None
+    out = proc.stdout.splitlines(keepends=True)
+    assert not out or out[0] == found[1], out  # the front read the handshake, or nothing yet
+    for raw in out[1:]:
+        error = json.loads(raw)
+        assert error["id"] == 2 and "HTTP listener failed" in error["error"]["message"]
+    assert str(port) in proc.stderr.decode()
