@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import accumulate, pairwise, repeat
-from operator import add
+from operator import add, neg
 from typing import Final
 
 from convmem_engine.domain.message import Message
@@ -51,6 +51,7 @@ _SCAN_RATIO: Final = 4  # 1-code-point query: scan everything when the union is 
 _FILTERS: Final = 3  # posting lists checked by bisect before verifying a candidate
 _EAGER_MAX: Final = 2048  # intersect candidate lists eagerly when the rarest is this short
 _INTERSECT_RATIO: Final = 16  # ... and the next list at most this many times the survivors
+_LAZY_STEPS: Final = 2048  # candidates checked by bisection before the rest is intersected
 _LANE_RATIO: Final = 16  # walk an importance level's own list when it is this much shorter
 _ADAPT_AFTER: Final = 1024  # candidates walked with a full heap of >= 0.8 scores and no early
 # stop before the walk learns which documents may hold a whole-word match
@@ -394,23 +395,33 @@ def _grams(msg: Message) -> tuple[set[str], list[str]]:
     return grams, singles
 
 
-def _narrowed_stream(
-    docs: list[int], imps: array[int], level: int, below: int | None
-) -> Iterator[int]:
-    """`docs` (newest first) at importance `level`, below `below`."""
-    if below is not None:
-        # docs is descending: skip to the first one below `below` (bisect on the negation).
-        lo, hi = 0, len(docs)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if docs[mid] >= below:
-                lo = mid + 1
-            else:
-                hi = mid
-        docs = docs[lo:]
-    for d in docs:
-        if imps[d] == level:
-            yield d
+def _filtered(cands: Sequence[int], filters: list[array[int]]) -> Iterator[int]:
+    """`cands` newest first, only the documents in every list of `filters`. The first
+    _LAZY_STEPS are checked by bisection (a walk that stops early pays only for what it
+    walked); the rest is intersected in C at once, with every list at most _INTERSECT_RATIO
+    times the survivors (longer ones are still checked by bisection). Same documents, same
+    order either way."""
+    pos = len(cands)
+    stop = max(0, pos - _LAZY_STEPS)
+    while pos > stop:
+        pos -= 1
+        doc = cands[pos]
+        if all(_contains(p, doc) for p in filters):
+            yield doc
+    if not pos:
+        return
+    rest = set(cands[:pos])
+    lazy: list[array[int]] = []
+    for p in sorted(filters, key=len):
+        if lazy or len(p) > _INTERSECT_RATIO * len(rest):
+            lazy.append(p)
+            continue
+        rest.intersection_update(p)
+        if not rest:
+            return
+    for doc in sorted(rest, reverse=True):
+        if all(_contains(p, doc) for p in lazy):
+            yield doc
 
 
 def _new_postings() -> array[int]:
@@ -740,94 +751,184 @@ class SearchIndex:
         elif len(q.words) <= _BOUND_WORDS and any(map(_whole_word_matters, q.words)):
             cap = _partial_words_bound(len(q.words))
         adapt = cap > 0.0
+        tests = self._whole_tests(q, max_score) if adapt else []
         whole: set[int] | None = None
         walked = 0
-        narrowed: list[int] | None = None  # documents of `whole`, newest first
-        tests: list[Callable[[str], object]] = []  # whole-word pre-tests once narrowed
-        for level in sorted(lanes, reverse=True):
+        levels = sorted(lanes, reverse=True)
+        for level in levels:
             if level < min_importance:
                 break
             if len(heap) == limit and (max_score, level) < heap[0][:2]:
                 return False
             lane = lanes[level]
-            below: int | None = None
-            while True:
-                stream: Iterable[int]
-                if narrowed is not None:
-                    # Only documents that may hold a whole-word match can still rank.
-                    stream = _narrowed_stream(narrowed, imps, level, below)
-                elif cands is None:
-                    stream = reversed(lane)
-                elif len(lanes) == 1:
-                    stream = reversed(cands)
-                elif len(lane) * _LANE_RATIO < len(cands):
-                    stream = (d for d in reversed(lane) if _contains(cands, d))
+            stream: Iterable[int]
+            checks: list[array[int]] = []  # lists each document of `stream` must be in
+            if cands is None:
+                stream = reversed(lane)
+            elif len(lane) * _LANE_RATIO < len(cands):
+                stream = (d for d in reversed(lane) if _contains(cands, d))
+                checks = filters
+            elif len(lanes) == 1:
+                stream = _filtered(cands, filters) if filters else reversed(cands)
+            else:
+                stream = (d for d in _filtered(cands, filters) if imps[d] == level)
+            last_block = -1
+            for doc in stream:
+                if checks and not all(_contains(p, doc) for p in checks):
+                    continue
+                if skip is not None and doc in skip:
+                    continue
+                if len(heap) == limit and heap[0][0] >= max_score:
+                    block = doc >> _BLOCK_SHIFT
+                    if block != last_block:
+                        last_block = block
+                        if ts_bound is None:
+                            ts_bound = list(accumulate(self._blk_ts, max))
+                        if (max_score, level, ts_bound[block]) < heap[0][:3]:
+                            return False
+                if adapt and len(heap) == limit and heap[0][0] >= cap:
+                    walked += 1
+                    if whole is None and walked >= _ADAPT_AFTER:
+                        whole = self._whole_docs(q, max_score)
+                    if whole is not None and doc not in whole:
+                        if ts_bound is None:
+                            ts_bound = list(accumulate(self._blk_ts, max))
+                        if (cap, level, ts_bound[doc >> _BLOCK_SHIFT]) < heap[0][:3]:
+                            # Bounds only fall from here on: every remaining document
+                            # outside `whole` (this level and below) is out for good.
+                            # The candidates among them, intersected in C once (the
+                            # narrowed walk then needs no per-document list checks).
+                            pool = whole if cands is None else whole.intersection(cands)
+                            for p in filters:
+                                pool = pool.intersection(p)
+                            if skip is not None:
+                                pool = pool.difference(skip)
+                            rest = [lv for lv in levels if min_importance <= lv <= level]
+                            return self._walk_narrowed(
+                                q,
+                                messages,
+                                accept,
+                                limit,
+                                heap,
+                                sorted(pool, reverse=True),
+                                rest,
+                                doc,
+                                max_score,
+                                seen if record else None,
+                                tests,
+                                ts_bound,
+                            )
+                mid = ids[doc]
+                if mid is None:
+                    continue
+                msg = get(mid)
+                if msg is None or (accept is not None and not accept(msg)):
+                    continue
+                bounded = tests and len(heap) == limit and heap[0][0] >= cap
+                if record or bounded:
+                    # Cheap pre-tests in C before the full score. Pass 1 scores only the
+                    # documents that hold the phrase (the others score at most
+                    # WORDS_FACTOR and are pass-2 candidates). A document without the
+                    # whole-word match of `tests` (nor, in pass 2, the phrase) scores at
+                    # most `cap`: out when that cannot beat the worst kept hit.
+                    text = _fields_text(msg)
+                    if record and q.phrase not in text:
+                        continue
+                    if (
+                        bounded
+                        and not all(t(text) for t in tests)
+                        and (record or max_score == WHOLE_WORD or q.phrase not in text)
+                        and (cap, msg.metadata.importance, msg.timestamp, mid) < heap[0]
+                    ):
+                        continue
+                if record:
+                    seen.add(doc)  # type: ignore[union-attr]
+                score = _score(msg, q)
+                if score is None:
+                    continue
+                key = (score, msg.metadata.importance, msg.timestamp, mid)
+                if len(heap) < limit:
+                    heapq.heappush(heap, key)
+                elif key > heap[0]:
+                    heapq.heapreplace(heap, key)
+        return True
+
+    def _walk_narrowed(
+        self,
+        q: _Query,
+        messages: Mapping[str, Message],
+        accept: Callable[[Message], bool] | None,
+        limit: int,
+        heap: list[tuple[float, int, int, str]],
+        docs: list[int],
+        levels: list[int],
+        below: int,
+        max_score: float,
+        seen: set[int] | None,
+        tests: list[Callable[[str], object]],
+        ts_bound: list[int],
+    ) -> bool:
+        """The rest of a `_run_pass` walk once it is narrowed to `docs` (descending: the
+        candidates that may hold a whole-word match, not scored yet): `levels` best first, and
+        in the first one only the documents below `below`. Every other remaining candidate, and
+        every one here that fails a test of `tests` (unless, in pass 2, it holds the phrase),
+        scores at most the walk's cap, which can no longer beat the worst kept hit (the bounds
+        only fall from here on): they are skipped unscored. Returns False on an early stop."""
+        ids = self._ids
+        imps = self._imp
+        get = messages.get
+        phrase = q.phrase
+        words_pass = max_score != WHOLE_WORD
+        one_level = len(self._lanes) == 1
+        test = tests[0] if len(tests) == 1 else None  # the common case, without all()
+        start = bisect_left(docs, -below, key=neg)  # docs[start:] are below `below`
+        # Whether the kept hits may already end the walk (checked per block); it can only
+        # become true when the heap changes.
+        stopping = len(heap) == limit and heap[0][0] >= max_score
+        for i, level in enumerate(levels):
+            if len(heap) == limit and (max_score, level) < heap[0][:2]:
+                return False
+            part = docs[start:] if i == 0 else docs
+            stream = part if one_level else [d for d in part if imps[d] == level]
+            last_block = -1
+            for doc in stream:
+                if stopping:
+                    block = doc >> _BLOCK_SHIFT
+                    if block != last_block:
+                        last_block = block
+                        if (max_score, level, ts_bound[block]) < heap[0][:3]:
+                            return False
+                mid = ids[doc]
+                if mid is None:
+                    continue
+                msg = get(mid)
+                if msg is None or (accept is not None and not accept(msg)):
+                    continue
+                # _fields_text, inlined: this loop runs over thousands of documents.
+                text = msg.content
+                meta = msg.metadata
+                if meta.summary or meta.tags:
+                    text = "\x00".join((text, meta.summary or "", *meta.tags))
+                text = text.lower() if text.isascii() else text.translate(_FOLD)
+                if seen is not None and phrase not in text:
+                    continue  # pass 1: at most WORDS_FACTOR, a pass-2 candidate
+                if not (test(text) if test is not None else all(t(text) for t in tests)) and not (
+                    words_pass and phrase in text
+                ):
+                    continue
+                if seen is not None:
+                    seen.add(doc)
+                score = _score(msg, q)
+                if score is None:
+                    continue
+                key = (score, meta.importance, msg.timestamp, mid)
+                if len(heap) < limit:
+                    heapq.heappush(heap, key)
+                elif key > heap[0]:
+                    heapq.heapreplace(heap, key)
                 else:
-                    stream = (d for d in reversed(cands) if imps[d] == level)
-                below = None
-                last_block = -1
-                for doc in stream:
-                    if filters and not all(_contains(p, doc) for p in filters):
-                        continue
-                    if skip is not None and doc in skip:
-                        continue
-                    if len(heap) == limit and heap[0][0] >= max_score:
-                        block = doc >> _BLOCK_SHIFT
-                        if block != last_block:
-                            last_block = block
-                            if ts_bound is None:
-                                ts_bound = list(accumulate(self._blk_ts, max))
-                            if (max_score, level, ts_bound[block]) < heap[0][:3]:
-                                return False
-                    if adapt and len(heap) == limit and heap[0][0] >= cap:
-                        walked += 1
-                        if whole is None and walked >= _ADAPT_AFTER:
-                            whole = self._whole_docs(q, max_score)
-                        if whole is not None and doc not in whole:
-                            if ts_bound is None:
-                                ts_bound = list(accumulate(self._blk_ts, max))
-                            if (cap, level, ts_bound[doc >> _BLOCK_SHIFT]) < heap[0][:3]:
-                                # Bounds only fall from here on: every remaining document
-                                # outside `whole` (this level and below) is out for good.
-                                adapt = False
-                                # The candidates among them, intersected in C once (the
-                                # narrowed walk then needs no per-document list checks).
-                                pool = whole if cands is None else whole.intersection(cands)
-                                for p in filters:
-                                    pool = pool.intersection(p)
-                                filters = []
-                                narrowed = sorted(pool, reverse=True)
-                                tests = self._whole_tests(q, max_score)
-                                below = doc
-                                break
-                    mid = ids[doc]
-                    if mid is None:
-                        continue
-                    msg = get(mid)
-                    if msg is None or (accept is not None and not accept(msg)):
-                        continue
-                    if record or narrowed is not None:
-                        # Cheap pre-tests in C before the full score. Pass 1 scores only the
-                        # documents that hold the phrase (the others score at most
-                        # WORDS_FACTOR and are pass-2 candidates); once narrowed, a document
-                        # without a whole-word match scores at most `cap` (out).
-                        text = _fields_text(msg)
-                        if record and q.phrase not in text:
-                            continue
-                        if narrowed is not None and not all(t(text) for t in tests):
-                            continue
-                    if record:
-                        seen.add(doc)  # type: ignore[union-attr]
-                    score = _score(msg, q)
-                    if score is None:
-                        continue
-                    key = (score, msg.metadata.importance, msg.timestamp, mid)
-                    if len(heap) < limit:
-                        heapq.heappush(heap, key)
-                    elif key > heap[0]:
-                        heapq.heapreplace(heap, key)
-                if below is None:
-                    break
+                    continue
+                stopping = len(heap) == limit and heap[0][0] >= max_score
         return True
 
     def _plan(

@@ -840,3 +840,47 @@ def test_long_repeated_query_narrowed_walk_large_store() -> None:
         for limit in (1, 5, 20):
             assert_like_reference(idx, msgs, query, limit)
         assert_like_reference(idx, msgs, query, 4, min_importance=60)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_filtered_walk_equals_the_intersection(seed: int) -> None:
+    # Candidates past the lazy steps are intersected in C (lists short enough) or still
+    # checked by bisection (lists much longer than the survivors): same documents, newest
+    # first, either way.
+    import random
+    from array import array
+
+    from convmem_engine.index.search_index import _LAZY_STEPS, _filtered
+
+    rng = random.Random(seed)
+    universe = 40_000
+    cands = array("I", sorted(rng.sample(range(universe), rng.randint(0, 3 * _LAZY_STEPS))))
+    filters = [
+        array("I", sorted(rng.sample(range(universe), rng.choice((50, 2000, 20_000, 39_000)))))
+        for _ in range(rng.randint(1, 4))
+    ]
+    sets = [set(p) for p in filters]
+    expected = [d for d in reversed(cands) if all(d in s for s in sets)]
+    assert list(_filtered(cands, filters)) == expected
+
+
+def test_phrase_pass_past_the_lazy_steps() -> None:
+    # Thousands of documents hold every gram of the phrase but not the phrase ("the at" vs
+    # "at the"), a few hold it, at several importance levels and out-of-order times: pass 1
+    # walks past the lazy steps (the rest intersected in C) and scores only the holders.
+    rare = {11: "at the at", 2100: "the at the", 4200: "x at the", 5999: "at the"}
+    messages = [
+        msg(
+            i,
+            rare.get(i, ("the at", "at, the", "the, at the", "hat he")[i % 4]),
+            importance=(50, 50, 80)[i % 3],
+            timestamp=(i * 7919) % 5000,
+            session=f"s{i % 2}",
+        )
+        for i in range(6000)
+    ]
+    idx, msgs = build(messages)
+    for query in ("at the", "at the at", "the at the", " ".join(["at the"] * 700)):
+        for limit in (1, 20):
+            assert_like_reference(idx, msgs, query, limit)
+        assert_like_reference(idx, msgs, query, 5, session_id="s1", min_importance=60)
