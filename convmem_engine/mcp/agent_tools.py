@@ -45,6 +45,7 @@ from convmem_engine.agent.service import Submitted
 from convmem_engine.agent.tools import AGENT_RUN, AGENT_TOOLS
 from convmem_engine.agent.validation import is_uuid
 from convmem_engine.domain.errors import ConvMemError
+from convmem_engine.mcp import fast_call
 from convmem_engine.mcp.line_transport import MAX_LINE_BYTES
 from convmem_engine.mcp.server import build_server
 from convmem_engine.tools import ToolRegistry
@@ -226,11 +227,11 @@ def install_tasks_extension(
     for binding in extension.methods():
         server.add_request_handler(binding.method, binding.params_type, _version_gated(binding))
     server.extensions[extension.identifier] = extension.settings()
-    server.add_request_handler(
-        "tools/call",
-        types.CallToolRequestParams,
-        compose_tool_call_handler([extension], call_entry.handler),
-    )
+    handler = compose_tool_call_handler([extension], call_entry.handler)
+    server.add_request_handler("tools/call", types.CallToolRequestParams, handler)
+    # every other tool passes the interceptor untouched: the line transport's fast path may
+    # still serve it; agent_run is the interceptor's
+    fast_call.register(server, registry, handler, exclude=frozenset({AGENT_RUN.name}))
     return extension
 
 

@@ -4,7 +4,8 @@
 JSON-RPC error), then the registry checks the arguments and runs the handler in a worker thread
 (so a slow call never blocks other requests or sessions) and shapes the answer
 (`ToolRegistry.result`: application errors become the error envelope, anything unexpected
-INTERNAL_ERROR, logged without its message).
+INTERNAL_ERROR, logged without its message). Over the line transport, `tools/call` for a
+registry tool usually skips the SDK's dispatcher (`fast_call.py`) with the same answer.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.shared.exceptions import MCPError
 
+from convmem_engine.mcp import fast_call
 from convmem_engine.mcp.envelope import call_tool_result
 from convmem_engine.tools import ToolRegistry, ToolSpec
 
@@ -91,6 +93,8 @@ def build_server(tools: ToolRegistry | MemoryService) -> Server[Any]:
         server.middleware = [
             m for m in server.middleware if not isinstance(m, OpenTelemetryMiddleware)
         ]
+    # the line transport's tools/call fast path runs this registry the way call_tool does
+    fast_call.register(server, registry, call_tool)
     return server
 
 

@@ -1,0 +1,136 @@
+"""Server CPU per `write_message` over stdio, with and without the `tools/call` fast path.
+
+One run, side by side: the fsync floor (raw write + fsync of the same records in the same
+folder), then `convmem serve` on a fresh data dir driven by a raw JSON-RPC line client (one
+request at a time, so the client adds no queueing): the server's CPU per write (utime + stime
+from /proc, its threads included) and the round-trip p50/p99. Each mode runs `--rounds` times,
+alternating, so both see the same machine load.
+
+Usage: python bench/bench_stdio_cpu.py [--writes 1000] [--rounds 2] [--era handshake|modern]
+       [--modes fast,sdk] [--json OUT]
+Linux only (reads /proc). `sdk` is the same server with CONVMEM_MCP_FAST_PATH=0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bench_mcp import child_env, cpu_seconds, fsync_floor, load_average, p50, pct, write_args
+
+PY = sys.executable
+MODERN_META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "0"},
+}
+
+
+def line(request_id: int, method: str, params: dict[str, Any]) -> bytes:
+    body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+    return json.dumps(body).encode() + b"\n"
+
+
+def run_serve(data_dir: Path, n: int, era: str, fast: bool) -> dict[str, float]:
+    env = child_env()
+    env["CONVMEM_MCP_FAST_PATH"] = "1" if fast else "0"
+    process = subprocess.Popen(
+        [PY, "-m", "convmem_app", "serve", "--data-dir", str(data_dir)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    stdin, stdout = process.stdin, process.stdout
+
+    def call(request_id: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        stdin.write(line(request_id, method, params))
+        stdin.flush()
+        answer: dict[str, Any] = json.loads(stdout.readline())
+        assert answer.get("id") == request_id, answer
+        return answer
+
+    def write(i: int) -> dict[str, Any]:
+        params: dict[str, Any] = {"name": "write_message", "arguments": write_args(i, "cpu")}
+        if era == "modern":
+            params["_meta"] = MODERN_META
+        return call(i + 10, "tools/call", params)
+
+    try:
+        if era == "modern":
+            call(1, "server/discover", {"_meta": MODERN_META})
+        else:
+            init = {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "bench", "version": "0"},
+            }
+            call(1, "initialize", init)
+            stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        for i in range(50):  # warm up
+            assert "result" in write(i)
+        latencies = []
+        cpu0 = cpu_seconds(process.pid)
+        for i in range(50, 50 + n):
+            t = time.perf_counter()
+            answer = write(i)
+            latencies.append((time.perf_counter() - t) * 1000)
+            assert not answer["result"].get("isError"), answer
+        cpu = cpu_seconds(process.pid) - cpu0
+    finally:
+        stdin.close()
+        stdout.read()
+        process.wait(60)
+    return {
+        "cpu_ms_per_write": cpu * 1000 / n,
+        "p50_ms": p50(latencies),
+        "p99_ms": pct(latencies, 0.99),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--writes", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--era", choices=("handshake", "modern"), default="handshake")
+    parser.add_argument("--modes", default="fast,sdk")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    modes = args.modes.split(",")
+    results: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
+    with tempfile.TemporaryDirectory(prefix="bench-stdio-cpu-") as tmp:
+        root = Path(tmp)
+        print(f"load average {load_average()}, {args.writes} writes per run, era {args.era}")
+        floor = fsync_floor(root, args.writes)
+        for r in range(args.rounds):
+            for mode in modes:
+                data_dir = root / f"{mode}-{r}"
+                results[mode].append(run_serve(data_dir, args.writes, args.era, mode == "fast"))
+        floor_after = fsync_floor(root, args.writes)
+    floor_p50 = p50(floor + floor_after)
+    print(f"fsync floor p50 {floor_p50:.3f} ms; load average {load_average()}")
+    print("| mode | server CPU per write | write p50 | p99 | p50 / floor |")
+    print("|---|---|---|---|---|")
+    summary: dict[str, Any] = {"floor_p50_ms": floor_p50, "modes": {}}
+    for mode, runs in results.items():
+        cpu = p50([run["cpu_ms_per_write"] for run in runs])
+        lat = p50([run["p50_ms"] for run in runs])
+        p99 = p50([run["p99_ms"] for run in runs])
+        summary["modes"][mode] = {"runs": runs, "cpu_ms_per_write": cpu, "p50_ms": lat}
+        print(f"| {mode} | {cpu:.3f} ms | {lat:.3f} ms | {p99:.2f} ms | {lat / floor_p50:.1f}x |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,402 @@
+"""`tools/call` without the SDK's dispatcher: the same answer, a fraction of the CPU.
+
+Once a session's protocol era is settled by the SDK (the handshake answered, or the first
+request of a 2026-07-28 session served), the line transport hands each `tools/call` line for a
+tool of the registry here instead of to the SDK. It is served by the same steps the SDK runs,
+without its per-message machinery (JSON-RPC dispatcher task, middleware chain, request context
+and session objects, anyio streams and `to_thread`):
+
+1. parse: `pydantic_core.from_json` (the parser the SDK's message adapter uses), and only a
+   plain request (`jsonrpc`, `id` a string or an integer, `method`, `params` an object);
+2. the checks the SDK's runner makes, with the SDK's own functions: the modern era's envelope
+   ladder (`classify_inbound_request`), the legacy era's refusal of an enveloped request, the
+   per-version surface check (`validate_client_request`) and `CallToolRequestParams`;
+3. `ToolRegistry.result` in a worker thread (a small pool; the caller's context variables go
+   with the call), as the server's `call_tool` handler runs it;
+4. the result shaped by the SDK's own serialiser (`ServerRunner._serialize`: the per-version
+   sieve, `resultType` and the `serverInfo` stamp of the modern era), computed once per
+   protocol version and error flag with a marker text and then filled per call, and the
+   response line encoded as the line transport encodes the SDK's responses.
+
+Anything else goes to the SDK unchanged: the handshake and every other method, a request before
+the era is settled (the SDK decides it on the first request it reads), an unknown tool name,
+arguments or envelope a check refuses (the SDK answers them itself, with its own error), an id
+already in flight, any server with middleware (tracing) or a cache hint for `tools/call`, a
+second `initialize`. `notifications/cancelled` for a fast call is honoured as the SDK honours
+it: the request is never answered (a call already running finishes, its answer is dropped).
+When input ends, answers still due after the drain get the SDK's "Connection closed" error,
+and the session waits for its calls' threads to finish, as the SDK's does.
+
+`CONVMEM_MCP_FAST_PATH=0` turns it off (every request then goes through the SDK):
+tests/mcp/test_fast_call.py drives the same requests both ways and compares the bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+import os
+import queue
+import threading
+import weakref
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import mcp_types as types
+import pydantic_core
+from mcp.server import Server
+from mcp.server.runner import ServerRunner, modern_error_data
+from mcp.shared.dispatcher import coerce_request_id
+from mcp.shared.inbound import InboundLadderRejection, classify_inbound_request
+from mcp_types import methods as _methods
+
+from convmem_engine.mcp.envelope import call_tool_result
+from convmem_engine.tools import ToolRegistry, ToolResult
+
+logger = logging.getLogger(__name__)
+
+ENV_SWITCH: Final = "CONVMEM_MCP_FAST_PATH"
+METHOD: Final = "tools/call"
+POOL_THREADS: Final = 40
+"""Worker threads at most (anyio's default for `to_thread`): more calls than that at once queue."""
+
+_MARKER: Final = "convmem-fast-call-marker-5f0c9a"
+_REQUEST_KEYS: Final = frozenset({"jsonrpc", "id", "method", "params"})
+
+Encode = Callable[[types.JSONRPCMessage], bytes]
+Write = Callable[[bytes], Awaitable[None]]
+Settle = Callable[[str | int], None]
+
+
+def enabled_by_environment() -> bool:
+    return os.environ.get(ENV_SWITCH, "1").strip() not in {"0", "false", "no", "off"}
+
+
+# ---- which servers have a fast path --------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FastCallSupport:
+    """What `build_server` registers for its server: the registry its `tools/call` handler
+    runs, that handler (the fast path stands in for it only while it is still the one), and
+    the tools the handler does not simply run through the registry (they go to the SDK)."""
+
+    registry: ToolRegistry
+    handler: object
+    exclude: frozenset[str]
+
+
+_SUPPORT: weakref.WeakKeyDictionary[Server[Any], FastCallSupport] = weakref.WeakKeyDictionary()
+
+
+def register(
+    server: Server[Any],
+    registry: ToolRegistry,
+    handler: object,
+    *,
+    exclude: frozenset[str] = frozenset(),
+) -> None:
+    """`server`'s `tools/call` handler is `handler`, and for every tool of `registry` but
+    those in `exclude` it answers what `ToolRegistry.result` gives, shaped by `call_tool_result`
+    (a wrapper that intercepts some tools registers itself with them excluded)."""
+    _SUPPORT[server] = FastCallSupport(registry, handler, exclude)
+
+
+def support_for(server: Server[Any]) -> FastCallSupport | None:
+    """The fast path's support for `server`, or None when every call must go to the SDK."""
+    support = _SUPPORT.get(server)
+    if support is None or not enabled_by_environment():
+        return None
+    entry = server.get_request_handler(METHOD)
+    if entry is None or entry.handler is not support.handler:
+        return None
+    if server.middleware or METHOD in server.cache_hints:
+        return None  # middleware sees (and may change) every request; hints change results
+    return support
+
+
+# ---- worker threads ------------------------------------------------------------------------
+
+
+class _CallPool:
+    """Daemon worker threads taking jobs from one queue; a new thread whenever no idle one is
+    free (up to `POOL_THREADS`), so a slow call never holds up another."""
+
+    def __init__(self, max_threads: int) -> None:
+        self._max = max_threads
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._idle = 0  # threads waiting for a job and not yet promised one
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            if self._idle > 0:
+                self._idle -= 1
+            elif self._threads < self._max:
+                self._threads += 1
+                name = f"convmem-call-{self._threads}"
+                threading.Thread(target=self._work, name=name, daemon=True).start()
+        self._jobs.put(job)
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            try:
+                job()
+            except BaseException:  # a job reports its own failures; never lose the thread
+                logger.exception("fast call job raised")
+            with self._lock:
+                self._idle += 1
+
+
+_POOL_LOCK = threading.Lock()
+_POOL: _CallPool | None = None
+
+
+def _pool() -> _CallPool:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = _CallPool(POOL_THREADS)
+        return _POOL
+
+
+# ---- one session ---------------------------------------------------------------------------
+
+
+@dataclass(eq=False, slots=True)
+class FastCall:
+    """One `tools/call` taken by the fast path."""
+
+    request_id: str | int
+    key: str | int  # the id as the SDK correlates it ("7" and 7 are one id)
+    version: str
+    modern: bool
+    name: str
+    arguments: dict[str, Any]
+    params: dict[str, Any]
+    cancelled: bool = False
+    line: bytes = field(default=b"")
+
+    def request(self) -> types.JSONRPCRequest:
+        """The request as the SDK path would have parsed it (for the `on_request` observer)."""
+        return types.JSONRPCRequest.model_construct(
+            jsonrpc="2.0", id=self.request_id, method=METHOD, params=self.params
+        )
+
+
+def _has_modern_envelope(params: Mapping[str, Any] | None) -> bool:
+    """As the SDK's runner decides an era: `params._meta` carries the protocol-version key."""
+    if not params:
+        return False
+    meta = params.get("_meta")
+    return isinstance(meta, Mapping) and types.PROTOCOL_VERSION_META_KEY in meta
+
+
+class FastCallSession:
+    """The fast path's side of one line session: what the SDK has settled (era, negotiated
+    version), the calls in flight, and the task writing their answers."""
+
+    def __init__(
+        self, server: Server[Any], support: FastCallSupport, encode: Encode, write: Write
+    ) -> None:
+        self.server = server
+        self.registry = support.registry
+        self.exclude = support.exclude
+        self.encode = encode
+        self.write = write
+        self.settle: Settle = lambda _key: None
+        self.era: str | None = None  # "legacy" or "modern", once the SDK has seen a request
+        self.handshake_version: str | None = None  # legacy: negotiated by the first initialize
+        self.initialize_requests = 0
+        self.initialize_id: str | int | None = None
+        self.in_flight: dict[str | int, FastCall] = {}
+        self.running = 0  # calls submitted and not yet back on the loop
+        self.closing = False  # input ended and the drain is over
+        self.loop = asyncio.get_running_loop()
+        self.answers: asyncio.Queue[FastCall | None] = asyncio.Queue()
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self.shapes: dict[tuple[str, bool], dict[str, Any] | None] = {}
+        self.runner = ServerRunner(server, None, None)  # type: ignore[arg-type]  # shapes only
+
+    # -- what the SDK has settled --------------------------------------------------------------
+
+    def observe_request(self, message: types.JSONRPCRequest) -> None:
+        """Every request the SDK is given, in order (it decides the era on the first one)."""
+        if self.era is None:
+            opens_modern = message.method != "initialize" and _has_modern_envelope(message.params)
+            self.era = "modern" if opens_modern else "legacy"
+        if message.method == "initialize":
+            self.initialize_requests += 1
+            self.initialize_id = message.id
+            self.handshake_version = None
+            # A second handshake re-negotiates; such a session is left to the SDK entirely.
+
+    def observe_answer(self, message: types.JSONRPCMessage) -> None:
+        """Every answer the SDK sends: the first initialize's success settles the version."""
+        if (
+            self.initialize_requests == 1
+            and self.handshake_version is None
+            and isinstance(message, types.JSONRPCResponse)
+            and message.id == self.initialize_id
+        ):
+            version = message.result.get("protocolVersion")
+            if isinstance(version, str):
+                self.handshake_version = version
+
+    # -- taking a request ----------------------------------------------------------------------
+
+    def take(self, text: str, pending: Mapping[str | int, int]) -> FastCall | None:
+        """The call on this line if the fast path serves it exactly as the SDK would, else
+        None (the line then goes to the SDK as it is)."""
+        if self.era is None or METHOD not in text:
+            return None
+        if self.era == "legacy" and (
+            self.handshake_version is None or self.initialize_requests != 1
+        ):
+            return None
+        try:
+            body = pydantic_core.from_json(text, allow_inf_nan=False)
+        except ValueError:
+            return None
+        if not isinstance(body, dict) or body.keys() != _REQUEST_KEYS:
+            return None
+        request_id, params = body["id"], body["params"]
+        if (
+            body["jsonrpc"] != "2.0"
+            or body["method"] != METHOD
+            or type(request_id) not in (str, int)
+            or type(params) is not dict
+        ):
+            return None
+        key = coerce_request_id(request_id)
+        if key in pending:
+            return None  # a duplicate id in flight: the SDK's bookkeeping decides
+        modern = self.era == "modern"
+        if modern:
+            route = classify_inbound_request({"method": METHOD, "params": params})
+            if isinstance(route, InboundLadderRejection):
+                return None
+            version = route.protocol_version
+        else:
+            if _has_modern_envelope(params):
+                return None  # the SDK refuses it on a handshake connection
+            version = self.handshake_version or ""
+        try:
+            _methods.validate_client_request(METHOD, version, params)
+            typed = types.CallToolRequestParams.model_validate(params, by_name=False)
+        except Exception:
+            return None  # the SDK answers it with its own error
+        if typed.name not in self.registry or typed.name in self.exclude:
+            return None
+        arguments = dict(typed.arguments or {})
+        return FastCall(request_id, key, version, modern, typed.name, arguments, params)
+
+    def start(self, call: FastCall) -> None:
+        """Run `call` (already counted as pending by the session) in a worker thread."""
+        self.in_flight[call.key] = call
+        self.running += 1
+        self.idle.clear()
+        context = contextvars.copy_context()  # the session's context: who is calling
+        _pool().submit(lambda: context.run(self._run, call))
+
+    def cancel(self, request_id: str | int) -> None:
+        """`notifications/cancelled` for `request_id`: a fast call of that id is never answered."""
+        call = self.in_flight.get(coerce_request_id(request_id))
+        if call is not None:
+            call.cancelled = True
+
+    # -- the worker thread ---------------------------------------------------------------------
+
+    def _run(self, call: FastCall) -> None:
+        try:
+            result = self.registry.result(call.name, call.arguments)
+            call.line = self._response(call, result)
+        except Exception as exc:
+            call.line = self._failure(call, exc)
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits for it any more
+            self.loop.call_soon_threadsafe(self._done, call)
+
+    def _response(self, call: FastCall, result: ToolResult) -> bytes:
+        shape = self._shape(call.version, result.is_error)
+        if shape is None:  # the serialiser's output had an unexpected form: use it per call
+            wire = self.runner._serialize(METHOD, call.version, call_tool_result(result))
+        else:
+            wire = dict(shape)
+            wire["content"] = [{**shape["content"][0], "text": result.text}]
+        body = {"jsonrpc": "2.0", "id": call.request_id, "result": wire}
+        try:
+            return pydantic_core.to_json(body) + b"\n"
+        except pydantic_core.PydanticSerializationError:
+            message = types.JSONRPCResponse(jsonrpc="2.0", id=call.request_id, result=wire)
+            return self.encode(message)
+
+    def _shape(self, version: str, is_error: bool) -> dict[str, Any] | None:
+        """The SDK's wire form of a one-text result at `version`, with the marker text."""
+        try:
+            return self.shapes[(version, is_error)]
+        except KeyError:
+            pass
+        wire = self.runner._serialize(
+            METHOD, version, call_tool_result(ToolResult(_MARKER, is_error))
+        )
+        content = wire.get("content")
+        shape: dict[str, Any] | None = wire
+        if (
+            not isinstance(content, list)
+            or len(content) != 1
+            or not isinstance(content[0], dict)
+            or content[0].get("text") != _MARKER
+            or pydantic_core.to_json(wire).count(_MARKER.encode()) != 1
+        ):
+            shape = None
+        self.shapes[(version, is_error)] = shape
+        return shape
+
+    def _failure(self, call: FastCall, exc: Exception) -> bytes:
+        """What the SDK's dispatcher answers when a handler raises something unmapped."""
+        if call.modern:
+            error = modern_error_data(exc)
+        else:  # the dispatcher's code 0 with the exception's text (logged by type only here)
+            logger.error("handler for %r raised %s", METHOD, type(exc).__name__)
+            error = types.ErrorData(code=0, message=str(exc))
+        return self.encode(types.JSONRPCError(jsonrpc="2.0", id=call.request_id, error=error))
+
+    # -- back on the loop ----------------------------------------------------------------------
+
+    def _done(self, call: FastCall) -> None:
+        self.running -= 1
+        if self.in_flight.get(call.key) is call:
+            del self.in_flight[call.key]
+        if not call.cancelled:
+            if self.closing:
+                error = types.ErrorData(code=types.CONNECTION_CLOSED, message="Connection closed")
+                call.line = self.encode(
+                    types.JSONRPCError(jsonrpc="2.0", id=call.request_id, error=error)
+                )
+            self.answers.put_nowait(call)
+        if self.running == 0:
+            self.idle.set()
+
+    async def writer(self) -> None:
+        """Write each answer, then settle its request (a task of the session)."""
+        while True:
+            call = await self.answers.get()
+            if call is None:
+                return
+            await self.write(call.line)
+            self.settle(call.key)
+
+    def close_input(self) -> None:
+        """Input has ended and the drain is over: answers still due are "Connection closed"."""
+        self.closing = True
+
+    async def finish(self) -> None:
+        """Wait for the calls' threads (as the SDK waits for its handlers), then end `writer`."""
+        await self.idle.wait()
+        self.answers.put_nowait(None)
