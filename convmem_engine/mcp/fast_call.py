@@ -121,18 +121,23 @@ def support_for(server: Server[Any]) -> FastCallSupport | None:
 # ---- worker threads ------------------------------------------------------------------------
 
 
+Job = Callable[[], Callable[[], None]]
+"""Work for a pool thread; returns what to do once the thread counts as idle again (hand the
+result back), so the next job submitted after the result arrives finds this thread free."""
+
+
 class _CallPool:
     """Daemon worker threads taking jobs from one queue; a new thread whenever no idle one is
     free (up to `POOL_THREADS`), so a slow call never holds up another."""
 
     def __init__(self, max_threads: int) -> None:
         self._max = max_threads
-        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._threads = 0
         self._idle = 0  # threads waiting for a job and not yet promised one
 
-    def submit(self, job: Callable[[], None]) -> None:
+    def submit(self, job: Job) -> None:
         with self._lock:
             if self._idle > 0:
                 self._idle -= 1
@@ -146,11 +151,17 @@ class _CallPool:
         while True:
             job = self._jobs.get()
             try:
-                job()
+                deliver = job()
             except BaseException:  # a job reports its own failures; never lose the thread
                 logger.exception("fast call job raised")
+                deliver = _nothing
             with self._lock:
                 self._idle += 1
+            deliver()
+
+
+def _nothing() -> None:
+    pass
 
 
 _POOL_LOCK = threading.Lock()
@@ -313,12 +324,15 @@ class FastCallSession:
 
     # -- the worker thread ---------------------------------------------------------------------
 
-    def _run(self, call: FastCall) -> None:
+    def _run(self, call: FastCall) -> Callable[[], None]:
         try:
             result = self.registry.result(call.name, call.arguments)
             call.line = self._response(call, result)
         except Exception as exc:
             call.line = self._failure(call, exc)
+        return lambda: self._hand_back(call)
+
+    def _hand_back(self, call: FastCall) -> None:
         with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits for it any more
             self.loop.call_soon_threadsafe(self._done, call)
 

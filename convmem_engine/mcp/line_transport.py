@@ -288,7 +288,8 @@ class _LineSession:
             return False
         self.pending[coerce_request_id(request_id)] += 1
         self.in_flight += 1
-        self.settled = anyio.Event()
+        if self.settled.is_set():  # (an anyio Event is not free to make: only when needed)
+            self.settled = anyio.Event()
         return True
 
     async def wait_for_room(self) -> None:

@@ -8,6 +8,9 @@
 - With a `StdioFront` (`convmem serve`), the front has been reading stdin since the lock was
   taken (and may have answered the handshake): the session takes its stream over, replaying
   every byte the front kept, and the SDK's duplicate of the front's answer is dropped.
+- An answer that fits in the pipe's free room (at most `PIPE_BUF` bytes, the pipe reporting
+  room) is written on the loop; anything else from a worker thread, so a host that stops
+  reading never stalls the loop.
 - The session ends at stdin EOF, after answering what was already asked (`finished` is set).
   `stop(grace)` stops reading and gives the requests already read `grace` seconds to finish and
   be answered; `stop(0)` ends the session at once.
@@ -18,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import select
+import stat
 import sys
 import threading
 from collections.abc import Iterator
@@ -64,6 +69,37 @@ class _Input(Protocol):
     async def read(self) -> bytes: ...
 
     def close(self) -> None: ...
+
+
+class _PipeRoom:
+    """Whether a write to a pipe can be done at once on the loop (no thread hand-off per
+    answer): it is at most `PIPE_BUF` bytes (written whole, atomically) and the pipe reports
+    room (POLLOUT: a free buffer of at least that size). Pipes on POSIX systems only; anything
+    else, or an answer too large, is written from a worker thread."""
+
+    def __init__(self, fd: int) -> None:
+        self._poll = select.poll()
+        self._poll.register(fd, select.POLLOUT)
+
+    @classmethod
+    def of(cls, fd: int) -> _PipeRoom | None:
+        if not hasattr(select, "poll"):
+            return None
+        try:
+            if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+                return None
+        except OSError:
+            return None
+        return cls(fd)
+
+    def fits(self, data: bytes) -> bool:
+        if len(data) > select.PIPE_BUF:
+            return False
+        try:
+            events = self._poll.poll(0)
+        except OSError:
+            return False
+        return any(mask == select.POLLOUT for _fd, mask in events)
 
 
 class _StdinPump:
@@ -129,6 +165,7 @@ class StdioListener:
         self._pump: _Input | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
+        self._room = _PipeRoom.of(out_fd)
 
     def start(self, runtime: Runtime) -> None:
         import anyio.to_thread  # imported here: the SDK loads it anyway, after the handshake
@@ -160,6 +197,9 @@ class StdioListener:
         started.wait()
 
     async def _send(self, data: bytes) -> None:
+        if self._room is not None and self._room.fits(data):
+            _write_all(self.out_fd, data)  # cannot block: the pipe has room for all of it
+            return
         try:  # a blocked stdout must not stall the loop
             await self._run_sync(_write_all, self.out_fd, data, abandon_on_cancel=True)
         except RuntimeError:  # no thread could be started (resources exhausted): write here
