@@ -7,8 +7,10 @@ from /proc, its threads included) and the round-trip p50/p99. Each mode runs `--
 alternating, so both see the same machine load.
 
 Usage: python bench/bench_stdio_cpu.py [--writes 1000] [--rounds 2] [--era handshake|modern]
-       [--modes fast,sdk] [--json OUT]
-Linux only (reads /proc). `sdk` is the same server with CONVMEM_MCP_FAST_PATH=0.
+       [--modes fast,sdk] [--before DIR] [--json OUT]
+Linux only (reads /proc). `sdk` is the same server with CONVMEM_MCP_FAST_PATH=0; `--before DIR`
+adds mode `before`: the server of another checkout (e.g. `git archive` of an older commit)
+run by the same interpreter, in the same rounds.
 """
 
 from __future__ import annotations
@@ -40,9 +42,13 @@ def line(request_id: int, method: str, params: dict[str, Any]) -> bytes:
     return json.dumps(body).encode() + b"\n"
 
 
-def run_serve(data_dir: Path, n: int, era: str, fast: bool) -> dict[str, float]:
+def run_serve(
+    data_dir: Path, n: int, era: str, fast: bool, root: str | None = None
+) -> dict[str, float]:
     env = child_env()
     env["CONVMEM_MCP_FAST_PATH"] = "1" if fast else "0"
+    if root is not None:
+        env["PYTHONPATH"] = root
     process = subprocess.Popen(
         [PY, "-m", "convmem_app", "serve", "--data-dir", str(data_dir)],
         stdin=subprocess.PIPE,
@@ -104,9 +110,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--era", choices=("handshake", "modern"), default="handshake")
     parser.add_argument("--modes", default="fast,sdk")
+    parser.add_argument("--before", default=None, help="another checkout to run as `before`")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    modes = args.modes.split(",")
+    modes = args.modes.split(",") + (["before"] if args.before else [])
     results: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
     with tempfile.TemporaryDirectory(prefix="bench-stdio-cpu-") as tmp:
         root = Path(tmp)
@@ -115,7 +122,9 @@ def main() -> None:
         for r in range(args.rounds):
             for mode in modes:
                 data_dir = root / f"{mode}-{r}"
-                results[mode].append(run_serve(data_dir, args.writes, args.era, mode == "fast"))
+                root = args.before if mode == "before" else None
+                run = run_serve(data_dir, args.writes, args.era, mode == "fast", root)
+                results[mode].append(run)
         floor_after = fsync_floor(root, args.writes)
     floor_p50 = p50(floor + floor_after)
     print(f"fsync floor p50 {floor_p50:.3f} ms; load average {load_average()}")
