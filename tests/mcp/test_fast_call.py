@@ -40,6 +40,8 @@ MODERN = {
     types.CLIENT_INFO_META_KEY: {"name": "identity", "version": "1"},
 }
 
+CAPS = types.CLIENT_CAPABILITIES_META_KEY
+
 Step = Callable[[dict[str, Any]], tuple[bytes, int]]
 """Given the answers so far (by id), the bytes to send and how many answer lines they get."""
 
@@ -200,7 +202,7 @@ def modern_script() -> list[Step]:
     old = MODERN | {types.PROTOCOL_VERSION_META_KEY: "2025-11-25"}
     unknown = MODERN | {types.PROTOCOL_VERSION_META_KEY: "2099-01-01"}
     no_caps = {k: v for k, v in MODERN.items() if k != types.CLIENT_CAPABILITIES_META_KEY}
-    odd_caps = MODERN | {types.CLIENT_CAPABILITIES_META_KEY: []}
+    odd_caps = MODERN | {CAPS: []}
     sessions = {"view": "sessions"}
     return [
         fixed(request(1, "server/discover", {"_meta": MODERN})),
@@ -214,6 +216,10 @@ def modern_script() -> list[Step]:
         fixed(call(65, "read_messages", sessions, no_caps)),
         fixed(call(66, "read_messages", sessions, odd_caps)),
         fixed(call(67, "read_messages", sessions, MODERN | {"io.modelcontextprotocol/x": 1})),
+        fixed(call(70, "read_messages", sessions, MODERN | {types.CLIENT_INFO_META_KEY: "x"})),
+        fixed(call(71, "read_messages", sessions, MODERN | {types.CLIENT_INFO_META_KEY: None})),
+        fixed(call(72, "read_messages", sessions, MODERN | {CAPS: {"sampling": 5}})),
+        fixed(call(73, "read_messages", sessions, MODERN | {types.PROTOCOL_VERSION_META_KEY: 7})),
         fixed(request(68, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}})),
         fixed(call(69, "read_messages", sessions, MODERN)),
     ]
