@@ -372,3 +372,79 @@ def test_a_busy_http_port_after_the_handshake_answers_the_waiting_calls(tmp_path
         error = json.loads(raw)
         assert error["id"] == 2 and "HTTP listener failed" in error["error"]["message"]
     assert str(port) in proc.stderr.decode()
+
+
+def test_the_handed_over_stream_is_every_byte_in_order_past_the_read_ahead_cap() -> None:
+    """In process, on real pipes: a front started, fed more than it keeps before the hand-over
+    (so its reading pauses), answers the handshake, then hands over; the session's reads give
+    back every byte once, in order, the answered line included, then end of input."""
+    import asyncio
+
+    from convmem_engine.runtime.front import PRE_HANDOVER_BYTES, StdioFront
+
+    in_read, in_write = os.pipe()
+    out_read, out_write = os.pipe()
+    front = StdioFront(in_read, out_write)
+    front.start()
+    body = (
+        initialize()
+        + b"\n"
+        + b"".join(
+            _health_call(i) + b" " * 1000 + b"\n"
+            for i in range(2, 2 + 3 * PRE_HANDOVER_BYTES // 1000)
+        )
+    )
+    writer = threading.Thread(target=lambda: (os.write(in_write, body), os.close(in_write)))
+    writer.start()
+    found = answer_for(initialize())
+    assert found is not None
+    with os.fdopen(out_read, "rb") as out:
+        assert out.readline() == found[1]  # answered while the writer is blocked on the pipe
+
+        async def drain() -> bytes:
+            stream = front.handover(asyncio.get_running_loop())
+            chunks = []
+            while chunk := await stream.read():
+                chunks.append(chunk)
+            assert await stream.read() == b""  # end of input stays end of input
+            return b"".join(chunks)
+
+        assert asyncio.run(drain()) == body
+        writer.join(30)
+        os.close(out_write)
+        assert out.read() == b""  # nothing else was written
+    os.close(in_read)
+
+
+def test_the_sdk_duplicate_is_dropped_once_and_only_for_that_id() -> None:
+    import asyncio
+
+    from convmem_engine.runtime.front import StdioFront
+
+    in_read, in_write = os.pipe()
+    out_read, out_write = os.pipe()
+    front = StdioFront(in_read, out_write)
+    front.start()
+    os.write(in_write, initialize(request_id=7) + b"\n")
+    found = answer_for(initialize(request_id=7))
+    assert found is not None
+    with os.fdopen(out_read, "rb") as out:
+        assert out.readline() == found[1]
+    sent: list[bytes] = []
+
+    async def send(data: bytes) -> None:
+        sent.append(data)
+
+    async def run() -> None:
+        front.handover(asyncio.get_running_loop())
+        wrapped = front.wrap_send(send)
+        other = b'{"jsonrpc":"2.0","id":70,"result":{}}\n'
+        await wrapped(other)
+        await wrapped(found[1])  # the SDK's own answer to the replayed handshake: dropped
+        await wrapped(found[1])  # a second answer with that id is not the duplicate: sent
+        assert sent == [other, found[1]]
+
+    asyncio.run(run())
+    os.close(in_write)
+    os.close(in_read)
+    os.close(out_write)
