@@ -42,6 +42,12 @@ _I64: Final = struct.Struct("<q")
 _U32: Final = struct.Struct("<I")
 UPDATED: Final = 1
 META: Final = 2
+# Snapshot rows (binary_rows / load_binary): <B kind> <I a> <I b> then a + b bytes.
+ROW: Final = struct.Struct("<BII")
+ROW_SIZE: Final = ROW.size  # 9
+PACKED_ROW: Final = 0  # a = id length, b = packed value length: the id (UTF-8), the value
+JSON_ROW: Final = 1  # a = 0, b = length: a message kept as a Message, its codec row as JSON
+SESSION_ROW: Final = 2  # a = length, b = 0: the next session number's id (UTF-8)
 _ROLE_CODES: Final = {r: i for i, r in enumerate(ROLES)}
 _BYTES_HEADER: Final = sys.getsizeof(b"")  # 33 on CPython 3.11 (64-bit)
 _I64_MIN: Final = -(1 << 63)
@@ -54,10 +60,6 @@ _new = object.__new__
 
 def _metadata_json(md: Metadata) -> bytes:
     return json.dumps(metadata_row(md), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-
-
-def _utf8_len(text: str) -> int:
-    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +159,8 @@ class MessageTable:
             return msg
         try:
             content = msg.content.encode("utf-8")
+            if not msg.session_id.isascii():
+                msg.session_id.encode("utf-8")  # a session table entry is written as UTF-8
             md = msg.metadata
             meta = b"" if md is DEFAULT_METADATA or md == DEFAULT_METADATA else _metadata_json(md)
         except (UnicodeEncodeError, TypeError, ValueError):
@@ -248,13 +252,21 @@ class MessageTable:
     def recount(self) -> TableMemory:
         """Count what the table holds from scratch (after a bulk load; the store's check
         compares it with the running counts)."""
-        entry = body = meta = 0
+        size = sys.getsizeof
+        entry = sum(map(size, self._values.keys()))
+        body = meta = plain = 0
         sizes = value_sizes
         for k, v in self._values.items():
+            if type(v) is bytes and not v[13]:  # the common value: header + content
+                plain += 1
+                body += len(v)
+                continue
             e, b, m = sizes(k, v)
-            entry += e
+            entry += e - size(k)
             body += b
             meta += m
+        entry += plain * (_BYTES_HEADER + HEAD_SIZE)
+        body -= plain * HEAD_SIZE
         self._entry_bytes, self._body_bytes, self._metadata_bytes = entry, body, meta
         return self.memory()
 
@@ -314,7 +326,9 @@ class MessageTable:
         """The messages whose metadata is not the default, in order (the others have no
         relations, no summary, the default tier and kind)."""
         return self.materialize(
-            (k, v) for k, v in self._values.items() if type(v) is not bytes or v[13] & META
+            (k, v)
+            for k, v in self._values.items()
+            if (v[13] & META if type(v) is bytes else v.metadata != DEFAULT_METADATA)  # type: ignore[union-attr]
         )
 
     def history_rows(self) -> Iterator[tuple[str, str, Metadata]]:
@@ -373,11 +387,13 @@ class MessageTable:
                 and 0 <= rev <= _U32_MAX
                 and _I64_MIN <= ts <= _I64_MAX
             ):
-                n = numbers.get(sid)
-                if n is None:
-                    n = self._session_number(sid)
                 try:
-                    values[mid] = pack(ts, n, code, 0, rev) + content.encode("utf-8")
+                    data = content.encode("utf-8")
+                    n = numbers.get(sid)
+                    if n is None:
+                        sid.encode("utf-8")
+                        n = self._session_number(sid)
+                    values[mid] = pack(ts, n, code, 0, rev) + data
                     continue
                 except UnicodeEncodeError:
                     pass
@@ -391,6 +407,132 @@ class MessageTable:
             _S6(m, ts if upd == ts else upd)
             _S7(m, DEFAULT_METADATA if md == 0 and type(md) is int else metadata_from_row(md))
             values[mid] = self.pack(m)
+
+    # -- the snapshot's binary rows (docs/storage-format.md, "Snapshot file") -----------------
+
+    def prune_sessions(self) -> None:
+        """Drop session ids no live message uses any more (before a compaction writes the
+        table out: a deleted message's session id is then gone from the files too)."""
+        used: set[int] = set()
+        at = _U32.unpack_from
+        for v in self._values.values():
+            if type(v) is bytes:
+                used.add(at(v, 8)[0])
+        if len(used) == len(self._sessions):
+            return
+        old = self._sessions
+        keep = sorted(used)
+        renumber = {o: n for n, o in enumerate(keep)}
+        self._sessions = [old[o] for o in keep]
+        self._session_numbers = {sid: n for n, sid in enumerate(self._sessions)}
+        values = self._values
+        for k, v in values.items():
+            if type(v) is bytes:
+                o = at(v, 8)[0]
+                if renumber[o] != o:
+                    values[k] = v[:8] + _U32.pack(renumber[o]) + v[12:]
+
+    def binary_rows(self, batch: int) -> Iterator[bytes]:
+        """The body of a snapshot in binary rows, in pieces of about `batch` bytes: first one
+        row per session of the session table (in number order), then one row per message in
+        creation order: its packed value as it is, or, for a message kept as a `Message`,
+        its codec row as JSON."""
+        parts: list[bytes] = []
+        size = 0
+        row = ROW.pack
+        for sid in self._sessions:
+            data = sid.encode("utf-8")
+            parts.append(row(SESSION_ROW, len(data), 0))
+            parts.append(data)
+            size += ROW_SIZE + len(data)
+        for k, v in self._values.items():
+            if size >= batch:
+                yield b"".join(parts)
+                parts, size = [], 0
+            if type(v) is bytes:
+                try:
+                    mid = k.encode("utf-8")
+                except UnicodeEncodeError:  # only from an old snapshot's JSON: kept as JSON
+                    v = self.unpack(k, v)
+                else:
+                    parts.append(row(PACKED_ROW, len(mid), len(v)))
+                    parts.append(mid)
+                    parts.append(v)
+                    size += ROW_SIZE + len(mid) + len(v)
+                    continue
+            m: Message = v  # type: ignore[assignment]
+            data = json.dumps(message_row(m), separators=(",", ":")).encode("ascii")
+            parts.append(row(JSON_ROW, 0, len(data)))
+            parts.append(data)
+            size += ROW_SIZE + len(data)
+        if parts:
+            yield b"".join(parts)
+
+    def load_binary(self, buf: bytes, pos: int) -> int:
+        """Add the complete binary rows of `buf[pos:]` (see `binary_rows`), checking each as
+        the codec checks a record: the id and the content valid UTF-8, the session number
+        one of the rows before, a known role and flags, the metadata a valid codec row.
+        Returns the offset of the first row that is not complete in `buf`. ValueError,
+        TypeError or struct.error on anything else."""
+        values = self._values
+        sessions = self._sessions
+        n_sessions = len(sessions)
+        row = ROW.unpack_from
+        session_at = _U32.unpack_from
+        n_roles = len(ROLES)
+        end = len(buf)
+        while end - pos >= ROW_SIZE:
+            kind, a, b = row(buf, pos)
+            start = pos + ROW_SIZE
+            stop = start + a + b
+            if stop > end:
+                break
+            if kind == PACKED_ROW:
+                mid = buf[start : start + a].decode("utf-8")
+                v = buf[start + a : stop]
+                if b < HEAD_SIZE or session_at(v, 8)[0] >= n_sessions or v[12] >= n_roles:
+                    raise ValueError("packed row: short, or session or role out of range")
+                if v[13]:
+                    _check_extras(v, v[13])
+                else:
+                    v[HEAD_SIZE:].decode("utf-8")
+                values[mid] = v
+            elif kind == SESSION_ROW:
+                if b:
+                    raise ValueError("session row: unexpected value")
+                sid = sys.intern(buf[start:stop].decode("utf-8"))
+                if sid in self._session_numbers:
+                    raise ValueError("session row: a session id twice")
+                self._session_numbers[sid] = n_sessions
+                sessions.append(sid)
+                n_sessions += 1
+            elif kind == JSON_ROW:
+                if a:
+                    raise ValueError("JSON row: unexpected id")
+                self.load_rows([loads(buf[start:stop].decode("utf-8"))])
+                n_sessions = len(sessions)
+            else:
+                raise ValueError(f"unknown row kind {kind}")
+            pos = stop
+        return pos
+
+
+def _check_extras(value: bytes, flags: int) -> None:
+    """The optional fields of a packed value with flags: present, and well formed."""
+    if flags & ~(UPDATED | META):
+        raise ValueError("packed row: unknown flags")
+    at = HEAD_SIZE
+    if flags & UPDATED:
+        _I64.unpack_from(value, at)
+        at += 8
+    if flags & META:
+        (n,) = _U32.unpack_from(value, at)
+        at += 4
+        if at + n > len(value):
+            raise ValueError("packed row: metadata runs past the value")
+        metadata_from_row(loads(value[at : at + n].decode("utf-8")))
+        at += n
+    value[at:].decode("utf-8")
 
 
 class FrozenMessages(Collection[Message]):

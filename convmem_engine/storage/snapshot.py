@@ -2,17 +2,20 @@
 
 Layout (see docs/storage-format.md):
 
-    b"CMSNAP3\\n"                      8-byte magic (format 3; b"CMSNAP2\\n": format 2)
-    body: lines of JSON arrays of rows, each line <= ROWS_PER_LINE rows, ending in b"\\n"
-          row = the storage codec's message row (codec.message_row), the same as a log
-          record's payload: [message_id, session_id, timestamp, role, content, revision,
-          updated_at, metadata], metadata = 0 for the default else its positional array
-    meta: compact JSON object (generation, log_offset, log_prefix_crc32, last_sequence, counters,
-          count, body_length, body_crc32)
+    b"CMSNAP4\n"                      8-byte magic: store format 3, binary rows (written)
+                                      b"CMSNAP3\n": format 3, JSON rows (read only)
+                                      b"CMSNAP2\n": format 2 (only its meta is ever read)
+    body (CMSNAP4): binary rows <B kind> <u32 a> <u32 b> + a + b bytes: first one row per
+          session id, then one per message in creation order, its in-memory packed value
+          as it is (storage/packed.py); a message that does not fit the packed layout as
+          its codec row in JSON
+    body (CMSNAP3): lines of JSON arrays of up to 4096 codec rows (codec.message_row)
+    meta: compact JSON object (format_version, generation, log_offset, log_prefix_crc32,
+          last_sequence, counters, count, body_length, body_crc32)
     trailer: <u32 meta length> <u32 crc32(meta)> b"CMSE"   (12 bytes, little-endian)
 
-Decoding is a few json.loads calls on large lines (C speed) plus one Message per row built
-without the frozen-dataclass __init__ overhead; the cyclic GC is paused while loading.
+Loading a CMSNAP4 body is slicing: each packed value is kept as the bytes read (after its
+checks), so open builds no Message and decodes no JSON.
 """
 
 from __future__ import annotations
@@ -23,24 +26,28 @@ import gc
 import json
 import struct
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
-from convmem_engine.domain.message import Message
-from convmem_engine.storage.codec import loads, message_row
+from convmem_engine.storage.codec import loads
 from convmem_engine.storage.fs import FileSystem
 from convmem_engine.storage.packed import MessageTable
 from convmem_engine.storage.record import FORMAT_VERSION, UPGRADABLE_VERSIONS
 
-MAGIC: Final = b"CMSNAP3\n"
-# Older formats' magics: their meta is read (it proves how far their log was durable), their
-# body never is.
-OLD_MAGICS: Final = {b"CMSNAP2\n": 2}
-assert set(OLD_MAGICS.values()) == set(UPGRADABLE_VERSIONS)
+MAGIC: Final = b"CMSNAP4\n"
+BINARY: Final = 4  # the body layouts, named by their magic's digit
+JSON_LINES: Final = 3
+# magic -> (store format version of the state, body layout). An older format's snapshot is
+# never loaded: its meta is read (it proves how far its log was durable), its body never is.
+MAGICS: Final = {
+    MAGIC: (FORMAT_VERSION, BINARY),
+    b"CMSNAP3\n": (FORMAT_VERSION, JSON_LINES),
+    b"CMSNAP2\n": (2, 0),
+}
+assert {v for v, _ in MAGICS.values()} == {FORMAT_VERSION, *UPGRADABLE_VERSIONS}
 END_MAGIC: Final = b"CMSE"
 TRAILER: Final = struct.Struct("<II4s")
-ROWS_PER_LINE: Final = 4096
 _CHUNK: Final = 1 << 20
 _MAX_META: Final = 1 << 16
 
@@ -76,57 +83,39 @@ class SnapshotMeta:
     body_length: int
     body_crc32: int
     format_version: int = FORMAT_VERSION
+    layout: int = BINARY  # from the magic, not in the meta's JSON
 
     def to_bytes(self) -> bytes:
-        return json.dumps(dataclasses.asdict(self), separators=(",", ":")).encode("ascii")
+        d = dataclasses.asdict(self)
+        del d["layout"]
+        return json.dumps(d, separators=(",", ":")).encode("ascii")
 
     @classmethod
-    def from_bytes(cls, data: bytes, version: int = FORMAT_VERSION) -> SnapshotMeta:
+    def from_bytes(
+        cls, data: bytes, version: int = FORMAT_VERSION, layout: int = BINARY
+    ) -> SnapshotMeta:
         d = loads(data.decode("ascii"))
         if not isinstance(d, dict):
             raise SnapshotError("meta is not an object")
-        names = [f.name for f in dataclasses.fields(cls)]
+        names = [f.name for f in dataclasses.fields(cls) if f.name != "layout"]
         if set(d) != set(names) or not all(type(d[n]) is int for n in names):
             raise SnapshotError("meta fields are missing or not integers")
-        meta = cls(**d)
+        meta = cls(**d, layout=layout)
         if meta.format_version != version:
             raise SnapshotError("snapshot format version does not match its magic")
         return meta
 
 
-def encode_body_lines(messages: Iterable[Message]) -> Iterable[bytes]:
-    """The body as lines of JSON arrays (each ends with b"\\n")."""
-    batch: list[list[Any]] = []
-    for m in messages:
-        batch.append(message_row(m))
-        if len(batch) >= ROWS_PER_LINE:
-            yield _line(batch)
-            batch = []
-    if batch:
-        yield _line(batch)
-
-
-def _line(batch: list[list[Any]]) -> bytes:
-    return json.dumps(batch, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
-
-
-def write_snapshot_file(fs: FileSystem, fd: int, messages: Iterable[Message], **meta: int) -> int:
-    """Write a complete snapshot to `fd` (not fsynced). Returns its size. Raises OSError."""
+def write_snapshot_file(fs: FileSystem, fd: int, messages: MessageTable, **meta: int) -> int:
+    """Write a complete snapshot of `messages` to `fd` (not fsynced). Returns its size.
+    Raises OSError."""
     size = _write_all(fs, fd, MAGIC)
     crc = 0
     body_length = 0
-    pending: list[bytes] = []
-    pending_len = 0
-    for line in encode_body_lines(messages):
-        crc = zlib.crc32(line, crc)
-        body_length += len(line)
-        pending.append(line)
-        pending_len += len(line)
-        if pending_len >= _CHUNK:
-            size += _write_all(fs, fd, b"".join(pending))
-            pending, pending_len = [], 0
-    if pending:
-        size += _write_all(fs, fd, b"".join(pending))
+    for piece in messages.binary_rows(_CHUNK):
+        crc = zlib.crc32(piece, crc)
+        body_length += len(piece)
+        size += _write_all(fs, fd, piece)
     m = SnapshotMeta(body_length=body_length, body_crc32=crc, **meta).to_bytes()
     size += _write_all(fs, fd, m + TRAILER.pack(len(m), zlib.crc32(m), END_MAGIC))
     return size
@@ -144,9 +133,9 @@ def read_meta(fs: FileSystem, fd: int) -> tuple[SnapshotMeta, int]:
         raise SnapshotError("file too short")
     fs.seek(fd, 0)
     magic = _read_exact(fs, fd, len(MAGIC))
-    version = FORMAT_VERSION if magic == MAGIC else OLD_MAGICS.get(magic)
-    if version is None:
+    if magic not in MAGICS:
         raise SnapshotError("bad magic")
+    version, layout = MAGICS[magic]
     fs.seek(fd, size - TRAILER.size)
     meta_len, meta_crc, end = TRAILER.unpack(_read_exact(fs, fd, TRAILER.size))
     if end != END_MAGIC or meta_len > _MAX_META or meta_len > size - len(MAGIC) - TRAILER.size:
@@ -156,7 +145,7 @@ def read_meta(fs: FileSystem, fd: int) -> tuple[SnapshotMeta, int]:
     if zlib.crc32(raw) != meta_crc:
         raise SnapshotError("meta CRC mismatch")
     try:
-        meta = SnapshotMeta.from_bytes(raw, version)
+        meta = SnapshotMeta.from_bytes(raw, version, layout)
     except SnapshotError:
         raise
     except Exception as e:  # any decoding failure: ValueError, RecursionError, ...
@@ -182,7 +171,13 @@ def read_body(fs: FileSystem, fd: int, meta: SnapshotMeta) -> MessageTable:
     out = MessageTable()
     try:
         with gc_paused():
-            _read_rows(fs, fd, meta, out)
+            if meta.layout == BINARY:
+                _read_binary_rows(fs, fd, meta, out)
+            else:
+                _read_rows(fs, fd, meta, out)
+        if len(out) != meta.count:
+            raise SnapshotError("row count mismatch")
+        out.recount()
     except SnapshotError:
         raise
     except OSError:
@@ -230,6 +225,24 @@ def _read_rows(fs: FileSystem, fd: int, meta: SnapshotMeta, out: MessageTable) -
             load_rows(loads(line.decode("utf-8")))
     if tail or crc != meta.body_crc32:
         raise SnapshotError("body CRC mismatch")
-    if len(out) != meta.count:
-        raise SnapshotError("row count mismatch")
-    out.recount()
+
+
+def _read_binary_rows(fs: FileSystem, fd: int, meta: SnapshotMeta, out: MessageTable) -> None:
+    """The CMSNAP4 body, read in 4 MiB pieces; a row cut by a piece's end is completed
+    from the next (a row longer than a piece makes the buffer grow to hold it)."""
+    fs.seek(fd, len(MAGIC))
+    remaining = meta.body_length
+    crc = 0
+    rest = b""
+    load = out.load_binary
+    while remaining > 0:
+        chunk = fs.read(fd, min(_CHUNK * 4, remaining))
+        if not chunk:
+            raise SnapshotError("unexpected end of body")
+        remaining -= len(chunk)
+        crc = zlib.crc32(chunk, crc)
+        buf = rest + chunk if rest else chunk
+        used = load(buf, 0)
+        rest = buf[used:]
+    if rest or crc != meta.body_crc32:
+        raise SnapshotError("body CRC mismatch or a row cut short")

@@ -647,7 +647,7 @@ class Store:
             size = snap.write_snapshot_file(
                 fs,
                 fd,
-                self._messages.values(),
+                self._messages,
                 generation=st.generation,
                 log_offset=st.end,
                 log_prefix_crc32=st.crc,
@@ -698,6 +698,8 @@ class Store:
             new = _LogState(generation=_new_generation(old.generation))
             log_tmp = self._log_path + TMP_SUFFIX
             snap_tmp = self._snap_path + TMP_SUFFIX
+            # deleted messages' session ids go with them (the snapshot writes the table)
+            self._messages.prune_sessions()
             # 1. the new log, complete and fsynced, under a temporary name
             try:
                 self._write_compacted_log(log_tmp, new)

@@ -215,6 +215,19 @@ def resign_snapshot(data: bytes, body: bytes) -> bytes:
     return head + body + raw + snap.TRAILER.pack(len(raw), zlib.crc32(raw), snap.END_MAGIC)
 
 
+def json_rows_snapshot(data: bytes, messages: list[Message]) -> bytes:
+    """`data` (a snapshot file of `messages`) rewritten with the JSON-rows body (CMSNAP3) that
+    snapshots had before the binary rows, its CRCs matching: a store's snapshot from then."""
+    import json
+
+    from convmem_engine.storage import snapshot as snap
+    from convmem_engine.storage.codec import message_row
+
+    rows = [message_row(m) for m in messages]
+    body = json.dumps(rows, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+    return resign_snapshot(b"CMSNAP3\n" + data[len(snap.MAGIC) :], body)
+
+
 def snapshot_body(data: bytes) -> bytes:
     from convmem_engine.storage import snapshot as snap
 

@@ -15,6 +15,7 @@ from convmem_engine.domain import DEFAULT_METADATA, Message, Metadata, Relation
 from convmem_engine.storage import FileSystem
 from convmem_engine.storage import snapshot as snap
 from convmem_engine.storage.codec import decode_message, encode_message, message_row
+from convmem_engine.storage.packed import MessageTable
 from convmem_engine.storage.record import (
     DEL,
     FORMAT_VERSION,
@@ -143,11 +144,14 @@ def test_message_round_trip_property(
 def _write_snapshot(path: str, msgs: list[Message]) -> None:
     fs = FileSystem()
     fd = fs.open_new(path)
+    table = MessageTable()
+    for m in msgs:
+        table.set(m)
     try:
         snap.write_snapshot_file(
             fs,
             fd,
-            msgs,
+            table,
             generation=7,
             log_offset=100,
             log_prefix_crc32=5,
@@ -162,7 +166,7 @@ def _write_snapshot(path: str, msgs: list[Message]) -> None:
         fs.close(fd)
 
 
-def _read_snapshot(path: str) -> tuple[snap.SnapshotMeta, dict[str, Message]]:
+def _read_snapshot(path: str) -> tuple[snap.SnapshotMeta, MessageTable]:
     fs = FileSystem()
     fd = fs.open_read(path)
     try:
@@ -174,7 +178,7 @@ def _read_snapshot(path: str) -> tuple[snap.SnapshotMeta, dict[str, Message]]:
 
 def test_snapshot_round_trip_keeps_order_and_values(tmp_path: object) -> None:
     path = os.path.join(str(tmp_path), "s.bin")
-    msgs = [make_message(f"m{i} ☃", session=f"s{i % 3}") for i in range(snap.ROWS_PER_LINE + 5)]
+    msgs = [make_message(f"m{i} ☃", session=f"s{i % 3}") for i in range(4101)]
     msgs.append(make_message("rich", metadata=RICH_METADATA))
     _write_snapshot(path, msgs)
     meta, body = _read_snapshot(path)

@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 from reliability_log import Tally
-from storage_helpers import FaultFS, make_message, resign_snapshot, snapshot_body
+from storage_helpers import (
+    FaultFS,
+    json_rows_snapshot,
+    make_message,
+    resign_snapshot,
+    snapshot_body,
+)
 
 from convmem_engine.domain import CorruptStoreError, Message, Metadata
 from convmem_engine.storage import Store
@@ -418,23 +424,29 @@ def _edit_snapshot_body(path: Path, old: bytes, new: bytes, *, resign: bool) -> 
         (path / "snapshot.bin").write_bytes(data.replace(old, new))
 
 
+@pytest.mark.parametrize("layout", ["binary", "json-rows"])
 @pytest.mark.parametrize("resign", [False, True], ids=["damaged", "crafted-crc-ok"])
 @pytest.mark.parametrize("case", ["infinity", "nan", "deep-nesting", "huge-int", "wrong-shape"])
 def test_snapshot_that_breaks_the_decoder_falls_back_to_the_log(
-    tmp_path: Path, case: str, resign: bool
+    tmp_path: Path, case: str, resign: bool, layout: str
 ) -> None:
     """Issue 15, defect 5: a same-length edit of the snapshot body that the JSON decoder
-    chokes on (OverflowError, RecursionError, ...) never stops the open: full replay."""
+    chokes on (OverflowError, RecursionError, ...) never stops the open: full replay. The
+    binary rows (CMSNAP4) hold JSON only in the metadata; the JSON rows (CMSNAP3, still read)
+    everywhere: the edits hit the metadata, which is JSON in both."""
     store = Store.open(tmp_path)
     deep = "d" * 6000
     msgs = [
-        make_message("first"),
+        make_message("one", metadata=Metadata(tags=("first",))),
         make_message("eight ch", metadata=Metadata(importance=12345678)),
-        make_message(deep),
+        make_message("deep", metadata=Metadata(tags=(deep,))),
     ]
     for m in msgs:
         store.put(m)
     store.close()
+    if layout == "json-rows":
+        data = (tmp_path / "snapshot.bin").read_bytes()
+        (tmp_path / "snapshot.bin").write_bytes(json_rows_snapshot(data, msgs))
     old, new = {
         "infinity": (b"12345678", b"Infinity"),
         "nan": (b"12345678", b"NaN     "),
@@ -443,8 +455,8 @@ def test_snapshot_that_breaks_the_decoder_falls_back_to_the_log(
         "wrong-shape": (b'"first"', b"[1,2,3]"),
     }[case]
     _edit_snapshot_body(tmp_path, old, new, resign=resign)
-    if case in ("huge-int", "wrong-shape") and resign:
-        return  # valid JSON rows with a valid CRC: nothing to fall back from (see the codec)
+    if case == "huge-int" and resign:
+        return  # a valid row with a valid CRC: nothing to fall back from (see the codec)
     with Store.open(tmp_path) as s:
         assert s.stats().snapshot_valid is False
         assert list(s.messages.values()) == msgs
