@@ -448,3 +448,21 @@ def test_the_sdk_duplicate_is_dropped_once_and_only_for_that_id() -> None:
     os.close(in_write)
     os.close(in_read)
     os.close(out_write)
+
+
+def test_the_path_to_the_lock_and_the_front_loads_no_sdk() -> None:
+    """What `convmem serve` imports before the lock is taken and the front answers (the CLI,
+    serve_cli, the runtime, the service and store, the front) loads neither the MCP SDK nor
+    pydantic, anyio, the agent's Ollama client or jsonschema: they would delay the handshake."""
+    code = (
+        "import sys\n"
+        "import convmem_app.cli, convmem_app.shim.paths\n"
+        "import convmem_engine.runtime.serve_cli, convmem_engine.runtime.front\n"
+        "from convmem_engine.service import MemoryService\n"
+        "heavy = ('mcp', 'mcp_types', 'pydantic', 'anyio', 'ollama', 'httpx', 'jsonschema')\n"
+        "print(' '.join(sorted({m.split('.')[0] for m in sys.modules} & set(heavy))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout.strip()
+    assert out == "", f"loaded before the handshake: {out}"
