@@ -114,6 +114,7 @@ class MessageTable:
         "_body_bytes",
         "_entry_bytes",
         "_metadata_bytes",
+        "_session_bytes",
         "_session_numbers",
         "_sessions",
         "_values",
@@ -129,6 +130,7 @@ class MessageTable:
         self._entry_bytes = 0
         self._body_bytes = 0
         self._metadata_bytes = 0
+        self._session_bytes = 0  # sys.getsizeof of every session id string of the table
 
     # -- packing ----------------------------------------------------------------------------
 
@@ -139,6 +141,7 @@ class MessageTable:
             session_id = sys.intern(session_id)
             self._sessions.append(session_id)
             self._session_numbers[session_id] = n
+            self._session_bytes += sys.getsizeof(session_id)
         return n
 
     def pack(self, msg: Message) -> bytes | Message:
@@ -267,16 +270,13 @@ class MessageTable:
             meta += m
         entry += plain * (_BYTES_HEADER + HEAD_SIZE)
         body -= plain * HEAD_SIZE
+        self._session_bytes = sum(map(size, self._sessions))
         self._entry_bytes, self._body_bytes, self._metadata_bytes = entry, body, meta
         return self.memory()
 
     def memory(self) -> TableMemory:
         size = sys.getsizeof
-        sessions = (
-            size(self._sessions)
-            + size(self._session_numbers)
-            + sum(size(s) for s in self._sessions)
-        )
+        sessions = size(self._sessions) + size(self._session_numbers) + self._session_bytes
         return TableMemory(
             entries=len(self._values),
             entry_bytes=self._entry_bytes,
@@ -425,6 +425,7 @@ class MessageTable:
         renumber = {o: n for n, o in enumerate(keep)}
         self._sessions = [old[o] for o in keep]
         self._session_numbers = {sid: n for n, sid in enumerate(self._sessions)}
+        self._session_bytes = sum(sys.getsizeof(sid) for sid in self._sessions)
         values = self._values
         for k, v in values.items():
             if type(v) is bytes:
@@ -504,6 +505,7 @@ class MessageTable:
                 if sid in self._session_numbers:
                     raise ValueError("session row: a session id twice")
                 self._session_numbers[sid] = n_sessions
+                self._session_bytes += sys.getsizeof(sid)
                 sessions.append(sid)
                 n_sessions += 1
             elif kind == JSON_ROW:
