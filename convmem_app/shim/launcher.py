@@ -628,40 +628,46 @@ class _Outstanding:
         self._from_app = bytearray()
 
     @staticmethod
-    def _lines(buffer: bytearray, data: bytes) -> list[bytes]:
-        buffer += data
-        if b"\n" not in data:
-            return []
-        *complete, rest = bytes(buffer).split(b"\n")
-        buffer[:] = rest
-        return complete
+    def _line_ids(buffer: bytearray, data: bytes, requests: bool) -> list[str]:
+        """The ids of the requests (or of the answers) on the lines `data` completes.
+
+        Lines are found in place (no copy of a whole 1 MiB request); a line that starts as the
+        SDKs write it (`{"jsonrpc":"2.0","id":...,"method"` / `"result"` / `"error"`) is read
+        from its head alone, anything else is parsed whole."""
+        if buffer:
+            buffer += data
+            if b"\n" not in data:
+                return []
+            text = bytes(buffer)
+        else:
+            text = data
+        ids: list[str] = []
+        start = 0
+        while (end := text.find(b"\n", start)) >= 0:
+            head = _RESPONSE_HEAD.match(text, start, min(end, start + 256))
+            if head is not None:
+                if (head.group(2) == b"method") == requests:
+                    ids.append(json.dumps(json.loads(head.group(1))))
+            else:
+                try:
+                    message = json.loads(text[start:end])
+                except ValueError:
+                    message = None
+                for item in message if isinstance(message, list) else [message]:
+                    if isinstance(item, dict) and "id" in item and ("method" in item) == requests:
+                        ids.append(json.dumps(item["id"]))
+            start = end + 1
+        buffer[:] = text[start:]
+        return ids
 
     def host_sent(self, data: bytes) -> None:
-        for line in self._lines(self._from_host, data):
-            try:
-                message = json.loads(line)
-            except ValueError:
-                continue
-            for item in message if isinstance(message, list) else [message]:
-                if isinstance(item, dict) and "method" in item and "id" in item:
-                    with self._cond:
-                        self._ids.add(json.dumps(item["id"]))
+        asked = self._line_ids(self._from_host, data, requests=True)
+        if asked:
+            with self._cond:
+                self._ids.update(asked)
 
     def app_sent(self, data: bytes) -> None:
-        answered: list[str] = []
-        for line in self._lines(self._from_app, data):
-            head = _RESPONSE_HEAD.match(line, 0, 256)
-            if head is not None:
-                if head.group(2) != b"method":
-                    answered.append(json.dumps(json.loads(head.group(1))))
-                continue
-            try:
-                message = json.loads(line)
-            except ValueError:
-                continue
-            for item in message if isinstance(message, list) else [message]:
-                if isinstance(item, dict) and "id" in item and "method" not in item:
-                    answered.append(json.dumps(item["id"]))
+        answered = self._line_ids(self._from_app, data, requests=False)
         if answered:
             with self._cond:
                 self._ids.difference_update(answered)
