@@ -191,7 +191,11 @@ class _LineSession:
         # requests read and not yet answered, by id as the SDK correlates them ("7" and 7 are one)
         self.progress = anyio.Event()  # set whenever a request is settled
         self.server_done = False
-        self.send_lock = anyio.Lock()
+        # one answer at a time on the output; asyncio's lock where the loop is asyncio's (taking
+        # it uncontended costs nothing, an anyio Lock checks the task's cancel scopes each time)
+        self.send_lock: asyncio.Lock | anyio.Lock = (
+            asyncio.Lock() if _on_asyncio() else anyio.Lock()
+        )
         self.broken = False
         self.pending: Counter[str | int] = Counter()
         self.settled = anyio.Event()
