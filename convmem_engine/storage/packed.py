@@ -270,7 +270,7 @@ class MessageTable:
             meta += m
         entry += plain * (_BYTES_HEADER + HEAD_SIZE)
         body -= plain * HEAD_SIZE
-        self._session_bytes = sum(map(size, self._sessions))
+        self._session_bytes = sum(size(s) for s in self._sessions if s)
         self._entry_bytes, self._body_bytes, self._metadata_bytes = entry, body, meta
         return self.memory()
 
@@ -411,27 +411,21 @@ class MessageTable:
     # -- the snapshot's binary rows (docs/storage-format.md, "Snapshot file") -----------------
 
     def prune_sessions(self) -> None:
-        """Drop session ids no live message uses any more (before a compaction writes the
-        table out: a deleted message's session id is then gone from the files too)."""
+        """Forget the session ids no live message uses any more (before a compaction writes
+        the table out: a deleted message's session id is then gone from the files too). Their
+        numbers stay, as empty placeholders: no value is renumbered, so a reader never sees a
+        value and a session table that disagree."""
         used: set[int] = set()
         at = _U32.unpack_from
         for v in self._values.values():
             if type(v) is bytes:
                 used.add(at(v, 8)[0])
-        if len(used) == len(self._sessions):
-            return
-        old = self._sessions
-        keep = sorted(used)
-        renumber = {o: n for n, o in enumerate(keep)}
-        self._sessions = [old[o] for o in keep]
-        self._session_numbers = {sid: n for n, sid in enumerate(self._sessions)}
-        self._session_bytes = sum(sys.getsizeof(sid) for sid in self._sessions)
-        values = self._values
-        for k, v in values.items():
-            if type(v) is bytes:
-                o = at(v, 8)[0]
-                if renumber[o] != o:
-                    values[k] = v[:8] + _U32.pack(renumber[o]) + v[12:]
+        sessions = self._sessions
+        for n, sid in enumerate(sessions):
+            if sid and n not in used:
+                del self._session_numbers[sid]
+                self._session_bytes -= sys.getsizeof(sid)
+                sessions[n] = ""
 
     def binary_rows(self, batch: int) -> Iterator[bytes]:
         """The body of a snapshot in binary rows, in pieces of about `batch` bytes: first one
@@ -502,10 +496,11 @@ class MessageTable:
                 if b:
                     raise ValueError("session row: unexpected value")
                 sid = sys.intern(buf[start:stop].decode("utf-8"))
-                if sid in self._session_numbers:
-                    raise ValueError("session row: a session id twice")
-                self._session_numbers[sid] = n_sessions
-                self._session_bytes += sys.getsizeof(sid)
+                if sid:  # "" holds the number of a session pruned at a compaction
+                    if sid in self._session_numbers:
+                        raise ValueError("session row: a session id twice")
+                    self._session_numbers[sid] = n_sessions
+                    self._session_bytes += sys.getsizeof(sid)
                 sessions.append(sid)
                 n_sessions += 1
             elif kind == JSON_ROW:

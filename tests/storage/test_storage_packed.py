@@ -200,3 +200,12 @@ def test_compaction_drops_deleted_messages_session_ids(tmp_path: Path) -> None:
     assert b"session-of-the-deleted" not in everything
     with Store.open(tmp_path) as s:
         assert [m.session_id for m in s.messages.values()] == ["session-kept", "session-new"]
+        s.put(make_message("back", session="session-of-the-deleted"))  # a new number
+        assert s.check() == []
+    with Store.open(tmp_path) as s:
+        assert [m.session_id for m in s.messages.values()] == [
+            "session-kept",
+            "session-new",
+            "session-of-the-deleted",
+        ]
+        assert s.check() == []
