@@ -9,6 +9,7 @@ message. No content is shown or kept here: ids, kinds, times and names only.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, Final
@@ -60,7 +61,7 @@ def client_label(c: ClientInfo) -> str:
 class HostsPage(QWidget):
     openRequested = Signal(str, str)  # message id, session id
     clientsChanged = Signal(list)  # the ClientInfo list shown
-    _activity = Signal(object)  # from writer threads, queued to the GUI thread
+    _activity = Signal()  # from writer threads, queued to the GUI thread: entries are waiting
 
     def __init__(
         self,
@@ -109,12 +110,15 @@ class HostsPage(QWidget):
         self._flush_timer.setSingleShot(True)
         self._flush_timer.setInterval(100)
         self._flush_timer.timeout.connect(self._flush)
-        self._activity.connect(self._queue_entry, Qt.ConnectionType.QueuedConnection)
+        # writer threads hand entries over in batches: one queued signal while any wait
+        self._arrived: list[Activity] = []
+        self._arrived_lock = threading.Lock()
+        self._activity.connect(self._take_arrived, Qt.ConnectionType.QueuedConnection)
         self._unsubscribe: Callable[[], None] | None = None
         if activity is not None:
             for entry in activity.entries():
                 self._add_entry(entry)
-            self._unsubscribe = activity.subscribe(self._activity.emit)
+            self._unsubscribe = activity.subscribe(self._arrive)
         self.refresh_clients()
 
     def stop(self) -> None:
@@ -152,9 +156,17 @@ class HostsPage(QWidget):
         self.empty_clients.setVisible(not clients)
         self.clientsChanged.emit(clients)
 
-    def _queue_entry(self, entry: object) -> None:
-        assert isinstance(entry, Activity)
-        self._pending.append(entry)
+    def _arrive(self, entry: Activity) -> None:  # writer thread
+        with self._arrived_lock:
+            self._arrived.append(entry)
+            first = len(self._arrived) == 1
+        if first:
+            self._activity.emit()
+
+    def _take_arrived(self) -> None:
+        with self._arrived_lock:
+            entries, self._arrived = self._arrived, []
+        self._pending.extend(entries)
         if not self._flush_timer.isActive():
             self._flush_timer.start()
 

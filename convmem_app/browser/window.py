@@ -71,8 +71,8 @@ class MemoryBrowser(QMainWindow):
         self.setObjectName("MemoryBrowser")
         self.runner = JobRunner(self, max_threads=4)
         self.bridge = ChangeBridge(service, self)
-        # emitted on writer threads: queued, so `_on_change` runs on the GUI thread
-        self.bridge.changed.connect(self._on_change, Qt.ConnectionType.QueuedConnection)
+        # emitted on the GUI thread (the bridge carries writer threads' events over in batches)
+        self.bridge.changed.connect(self._on_change)
         self.delete_confirmation: QMessageBox | None = None
         self._delete_job: Job | None = None
         self.last_delete: BulkResult | None = None
