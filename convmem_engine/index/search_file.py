@@ -12,10 +12,13 @@ Layout (little-endian):
                 document); an id containing "\\n" is never persisted (encode raises)
     signatures  n_docs x int64, importances n_docs x int8, block timestamps n_blocks x int64
     tables      grams, one-code-point fields, sessions: each as key lengths (u32 code points
-                per key), the keys' UTF-8, then their posting-list lengths (u32 per key);
-                importance lanes: levels (int8 per lane) and lengths (u32 per lane)
-    postings    every posting list (u32 document numbers, ascending) in table order:
-                grams, singles, sessions, lanes
+                per key), the keys' UTF-8, then their posting-list lengths (u32 documents per
+                key); for grams also each list's shape: containers (u32; 0 for a plain list)
+                and data words (u32); importance lanes: levels (int8 per lane) and lengths
+                (u32 per lane)
+    postings    every posting list in table order (grams, singles, sessions, lanes): a plain
+                list as u32 document numbers, ascending; a compressed one (postings.py) as its
+                container table (containers + 1 u32) then its data (u16 words)
 
 Decoding trusts nothing it reads for sizes: every count is checked against what the reader
 still holds before anything is allocated; the caller checks the file's CRC-32 and throws the
@@ -27,25 +30,25 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
-from collections import defaultdict
 from collections.abc import Callable, Iterator
 from itertools import accumulate, pairwise
 from typing import Final, TypeVar
 
-from convmem_engine.index.search_index import _BLOCK_SHIFT, SearchIndex, _new_postings
+from convmem_engine.index.postings import BITMAP, DENSE, PostingList, Postings
+from convmem_engine.index.search_index import _BLOCK_SHIFT, SearchIndex
 
 __all__ = ["FORMAT", "decode", "encode"]
 
-FORMAT: Final = 1
+FORMAT: Final = 2
 """The payload format; a different one is never decoded (the index is rebuilt instead)."""
 
 # version, n_docs, n_blocks, ids bytes, then per table (grams, singles, sessions): key count,
-# key text bytes; lanes; total postings.
+# key text bytes; lanes; bytes of the postings section.
 HEADER: Final = struct.Struct("<IIIQIQIQIQIQ")
 _CHUNK: Final = 1 << 23  # postings copied per read: bounds the extra memory while loading
 _ID_WINDOW: Final = 1 << 20  # id table bytes decoded at a time
 _EXACT: Final = 4096  # posting lists of at least this many bytes are loaded without spare room
-_ZEROS: Final = {"I": array("I", [0])}
+_ZEROS: Final = {"I": array("I", [0]), "H": array("H", [0])}
 _LITTLE: Final = sys.byteorder == "little"
 
 K = TypeVar("K", str, int)
@@ -83,6 +86,25 @@ def _keys(keys: list[str]) -> tuple[bytes, bytes]:
     return _le(array("I", map(len, keys))), "".join(keys).encode("utf-8", "surrogatepass")
 
 
+def _shape(p: PostingList) -> tuple[int, int]:
+    """(containers, data words) of a compressed list; (0, 0) for a plain one."""
+    if isinstance(p, Postings):
+        return len(p.at) - 1, len(p.data)
+    return 0, 0
+
+
+def _nbytes(count: int, containers: int, words: int) -> int:
+    return 4 * (containers + 1) + 2 * words if containers else 4 * count
+
+
+def _list_bytes(p: PostingList) -> Iterator[bytes]:
+    if isinstance(p, Postings):
+        yield _le(p.at)
+        yield _le(p.data)
+    else:
+        yield _le(p)
+
+
 def encode(index: SearchIndex) -> Iterator[bytes]:
     """The index as a stream of chunks. Raises ValueError for an index it cannot write (a
     message id containing a line feed): the caller then writes nothing."""
@@ -92,13 +114,16 @@ def encode(index: SearchIndex) -> Iterator[bytes]:
         raise ValueError("a message id contains a line feed")
     id_bytes = id_text.encode("utf-8", "surrogatepass")
     del id_text
-    tables: list[tuple[list[str], list[array[int]]]] = []
+    tables: list[tuple[list[str], list[PostingList]]] = []
     for table in (index._post, index._singles, index._sessions):
-        items = [(k, p) for k, p in table.items() if p]
+        items: list[tuple[str, PostingList]] = [(k, p) for k, p in table.items() if p]
         tables.append(([k for k, _ in items], [p for _, p in items]))
     lane_items = sorted((k, p) for k, p in index._lanes.items() if p)
     lists = [p for _, ps in tables for p in ps] + [p for _, p in lane_items]
+    shapes = [_shape(p) for p in tables[0][1]]
     encoded = [_keys(keys) for keys, _ in tables]
+    total = sum(_nbytes(len(p), *shape) for p, shape in zip(tables[0][1], shapes, strict=True))
+    total += 4 * sum(map(len, lists[len(shapes) :]))
     yield HEADER.pack(
         FORMAT,
         len(ids),
@@ -110,25 +135,29 @@ def encode(index: SearchIndex) -> Iterator[bytes]:
             for x in (len(keys), len(text))
         ),
         len(lane_items),
-        sum(map(len, lists)),
+        total,
     )
     yield id_bytes
     del id_bytes
     yield _le(index._sig)
     yield index._imp.tobytes()
     yield _le(index._blk_ts)
-    for (_, ps), (lengths, text) in zip(tables, encoded, strict=True):
+    for i, ((_, ps), (lengths, text)) in enumerate(zip(tables, encoded, strict=True)):
         yield lengths
         yield text
         yield _le(array("I", map(len, ps)))
+        if i == 0:
+            yield _le(array("I", [c for c, _ in shapes]))
+            yield _le(array("I", [w for _, w in shapes]))
     yield array("b", [k for k, _ in lane_items]).tobytes()
     yield _le(array("I", [len(p) for _, p in lane_items]))
     batch: list[bytes] = []
     size = 0
     for p in lists:
-        batch.append(_le(p))
-        size += len(p)
-        if size >= _CHUNK // 4:
+        for part in _list_bytes(p):
+            batch.append(part)
+            size += len(part)
+        if size >= _CHUNK:
             yield b"".join(batch)
             batch, size = [], 0
     if batch:
@@ -172,26 +201,30 @@ def decode(read: Reader, resolve: Resolver) -> SearchIndex:
     sig = _from_le("q", read(8 * n_docs))
     imp = _from_le("b", read(n_docs))
     blk_ts = _from_le("q", read(8 * n_blocks))
-    tables: list[tuple[list[str], array[int]]] = []
-    for count, text_bytes in ((n_grams, gram_text), (n_singles, single_text)):
-        keys = _read_keys(read, count, text_bytes)
-        tables.append((keys, _from_le("I", read(4 * count))))
+    keys = _read_keys(read, n_grams, gram_text)
+    tables = [(keys, _from_le("I", read(4 * n_grams)))]
+    containers = _from_le("I", read(4 * n_grams))
+    words = _from_le("I", read(4 * n_grams))
+    keys = _read_keys(read, n_singles, single_text)
+    tables.append((keys, _from_le("I", read(4 * n_singles))))
     sessions = _read_keys(read, n_sessions, session_text)
     tables.append(([sys.intern(s) for s in sessions], _from_le("I", read(4 * n_sessions))))
     levels = _from_le("b", read(n_lanes))
     lane_counts = _from_le("I", read(4 * n_lanes))
-    if sum(sum(c) for _, c in tables) + sum(lane_counts) != total:
+    sizes = [_nbytes(*shape) for shape in zip(tables[0][1], containers, words, strict=True)]
+    plain = sum(sum(c) for _, c in tables[1:]) + sum(lane_counts)
+    if sum(sizes) + 4 * plain != total:
         raise ValueError("posting list lengths do not add up")
     if len(set(levels)) != n_lanes:
         raise ValueError("an importance lane appears twice")
-    post: defaultdict[str, array[int]] = defaultdict(_new_postings)
+    post: dict[str, PostingList] = {}
     singles: dict[str, array[int]] = {}
     session_lists: dict[str, array[int]] = {}
     lanes: dict[int, array[int]] = {}
-    _read_lists(read, tables[0][0], tables[0][1], post)
-    _read_lists(read, tables[1][0], tables[1][1], singles)
-    _read_lists(read, tables[2][0], tables[2][1], session_lists)
-    _read_lists(read, list(levels), lane_counts, lanes)
+    _read_lists(read, tables[0][0], tables[0][1], post, containers, sizes)
+    _read_lists(read, tables[1][0], tables[1][1], singles)  # type: ignore[arg-type]
+    _read_lists(read, tables[2][0], tables[2][1], session_lists)  # type: ignore[arg-type]
+    _read_lists(read, list(levels), lane_counts, lanes)  # type: ignore[arg-type]
     if len(post) != n_grams or len(singles) != n_singles or len(session_lists) != n_sessions:
         raise ValueError("a key appears twice")
     index._post = post
@@ -232,25 +265,63 @@ def _decode_ids(raw: bytes, resolve: Resolver) -> list[str | None]:
         start = end + 1
 
 
-def _read_lists(read: Reader, keys: list[K], counts: array[int], out: dict[K, array[int]]) -> None:
-    """Read the posting lists of `keys` (lengths `counts`) in batches of about _CHUNK bytes."""
+def _compressed(view: memoryview, count: int, containers: int) -> Postings:
+    """A `Postings` from its bytes (container table, then data), its layout checked: the
+    table covers the data in order, containers are at most a bitmap wide, a bitmap holds at
+    least BITMAP documents, and the documents add up to `count`."""
+    table = 4 * (containers + 1)
+    at = _from_le("I", view[:table])
+    data = _exact("H", view[table:]) if len(view) - table >= _EXACT else _from_le("H", view[table:])
+    p = Postings(at, data, count)
+    if at[-1] != len(data) or at[0] != 0 or (containers and at[-1] == at[-2]):
+        raise ValueError("a container table does not cover its data")
+    widths = [e - s for s, e in pairwise(at)]
+    if min(widths) < 0 or max(widths) >= DENSE:
+        raise ValueError("a container of a wrong size")
+    n = sum(w for w in widths if w != BITMAP)
+    for h, w in enumerate(widths):
+        if w == BITMAP:
+            card = p.cardinality(h)
+            if card < DENSE and card != BITMAP:
+                raise ValueError("a bitmap container of too few documents")
+            n += card
+    if n != count:
+        raise ValueError("a compressed list does not hold its count")
+    return p
+
+
+def _read_lists(
+    read: Reader,
+    keys: list[K],
+    counts: array[int],
+    out: dict[K, PostingList],
+    containers: array[int] | None = None,
+    sizes: list[int] | None = None,
+) -> None:
+    """Read the posting lists of `keys` (lengths `counts`; for compressed lists, `containers`
+    and byte `sizes`) in batches of about _CHUNK bytes."""
+    if sizes is None:
+        sizes = [4 * c for c in counts]
     i = 0
     n = len(keys)
     while i < n:
         j = i
         size = 0
-        while j < n and (size == 0 or size + 4 * counts[j] <= _CHUNK):
-            size += 4 * counts[j]
+        while j < n and (size == 0 or size + sizes[j] <= _CHUNK):
+            size += sizes[j]
             j += 1
         view = memoryview(read(size))
         at = 0
         for k in range(i, j):
-            end = at + 4 * counts[k]
-            if end == at:
+            end = at + sizes[k]
+            if counts[k] == 0:
                 raise ValueError("an empty posting list")
-            out[keys[k]] = (
-                _exact("I", view[at:end]) if end - at >= _EXACT else _from_le("I", view[at:end])
-            )
+            if containers is not None and containers[k]:
+                out[keys[k]] = _compressed(view[at:end], counts[k], containers[k])
+            else:
+                out[keys[k]] = (
+                    _exact("I", view[at:end]) if end - at >= _EXACT else _from_le("I", view[at:end])
+                )
             at = end
         view.release()
         i = j

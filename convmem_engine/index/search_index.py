@@ -27,11 +27,24 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import accumulate, pairwise, repeat
-from operator import add, neg
-from typing import Final
+from itertools import accumulate, groupby, islice, pairwise, repeat
+from operator import add, call, neg
+from typing import Final, TypeAlias
 
 from convmem_engine.domain.message import Message
+from convmem_engine.index.postings import (
+    BIG,
+    PostingList,
+    Postings,
+    checker,
+    insert,
+    intersect,
+    members,
+    nbytes,
+    pack,
+)
+from convmem_engine.index.postings import contains as _contains
+from convmem_engine.index.postings import discard as _discard
 
 __all__ = ["FIELDS", "SearchHit", "SearchIndex", "fold", "query_words"]
 
@@ -59,6 +72,9 @@ _SINGLES_SIZED: Final = 8  # one-code-point words whose candidate unions are siz
 _BOUND_WORDS: Final = 64  # pass 2 learns the whole-word documents for at most this many words
 _SEPS_EXACT: Final = 64  # 1-code-point whole-word bound: exact 3-gram test up to this many
 _PRETEST_MAX: Final = 32  # whole-word pre-test by regex for needles up to this long
+_BLOCK: Final = 1 << _BLOCK_SHIFT
+_CONTAINER: Final = 1 << 16  # build(): documents per container (postings.py)
+_POLL: Final = 4096  # build(): messages between two polls of `cancelled`
 _START: Final = "\x02"  # edge-gram markers: field start / field end
 _END: Final = "\x03"
 
@@ -395,50 +411,95 @@ def _grams(msg: Message) -> tuple[set[str], list[str]]:
     return grams, singles
 
 
-def _filtered(cands: Sequence[int], filters: list[array[int]]) -> Iterator[int]:
+def _grams_without_bigrams(msg: Message) -> tuple[set[str], list[str]]:
+    """`_grams` without the 2-grams (the batch build derives them from the 3-grams: see
+    `_derive_bigrams`), except those starting with START (a text holding that control
+    character), which the derivation cannot tell from a field-start edge gram."""
+    meta = msg.metadata
+    texts = [msg.content, meta.summary, *meta.tags] if meta.summary or meta.tags else [msg.content]
+    grams: set[str] = set()
+    singles: list[str] = []
+    for text in texts:
+        if not text:
+            continue
+        t = text.lower() if text.isascii() else text.translate(_FOLD)
+        if len(t) >= 2:
+            grams.update(map(add, map(add, t, t[1:]), t[2:]))
+            grams.add(_START + t[:2])
+            grams.add(t[-2:] + _END)
+            if _START in t:
+                grams.update(b for b in map(add, t, t[1:]) if b[0] == _START)
+        else:
+            singles.append(t)
+    return grams, singles
+
+
+def _derive_bigrams(local: dict[str, array[int]]) -> None:
+    """Add the 2-gram lists to one container's 3-gram lists (`local`: gram -> ascending low
+    bits), as the union of the lists of the 3-grams they start: every occurrence of a 2-gram is
+    followed by a code point (a 3-gram) or ends its field (the edge gram "last two + END").
+    Field-start edge grams (START + two) are not 2-gram occurrences and are left out; a 2-gram
+    starting with START itself (that control character in a text) is in `local` already."""
+    parts: dict[str, list[array[int]]] = {}
+    for g, lows in local.items():
+        if len(g) == 3 and g[0] != _START:
+            key = g[:2]
+            found = parts.get(key)
+            if found is None:
+                parts[key] = [lows]
+            else:
+                found.append(lows)
+    for key, lists in parts.items():
+        have = local.get(key)
+        if have is not None:
+            lists.append(have)
+        if len(lists) == 1:
+            local[key] = lists[0]
+            continue
+        union = set(lists[0])
+        for lows in lists[1:]:
+            union.update(lows)
+        local[key] = array("H", sorted(union))
+
+
+Candidates: TypeAlias = "Sequence[int] | Postings"
+"""Ascending candidate document numbers: a sorted list, a plain posting list or a `Postings`."""
+
+
+def _filtered(cands: Candidates, filters: list[PostingList]) -> Iterator[int]:
     """`cands` newest first, only the documents in every list of `filters`. The first
-    _LAZY_STEPS are checked by bisection (a walk that stops early pays only for what it
+    _LAZY_STEPS are checked one by one (a walk that stops early pays only for what it
     walked); the rest is intersected in C at once, with every list at most _INTERSECT_RATIO
-    times the survivors (longer ones are still checked by bisection). Same documents, same
+    times the survivors (longer ones are still checked one by one). Same documents, same
     order either way."""
-    pos = len(cands)
-    stop = max(0, pos - _LAZY_STEPS)
-    while pos > stop:
-        pos -= 1
-        doc = cands[pos]
-        if all(_contains(p, doc) for p in filters):
+    checks = [checker(p) for p in filters]
+    walk = reversed(cands)
+    for doc in islice(walk, _LAZY_STEPS):
+        if all(map(call, checks, repeat(doc))):
             yield doc
-    if not pos:
+    rest = set(walk)  # what the walk has not reached
+    if not rest:
         return
-    rest = set(cands[:pos])
-    lazy: list[array[int]] = []
+    lazy: list[PostingList] = []
     for p in sorted(filters, key=len):
         if lazy or len(p) > _INTERSECT_RATIO * len(rest):
             lazy.append(p)
             continue
-        rest.intersection_update(p)
+        rest = intersect(rest, p)
         if not rest:
             return
+    checks = [checker(p) for p in lazy]
     for doc in sorted(rest, reverse=True):
-        if all(_contains(p, doc) for p in lazy):
+        if all(map(call, checks, repeat(doc))):
             yield doc
 
 
-def _new_postings() -> array[int]:
+def _new_docs() -> array[int]:
     return array("I")
 
 
-def _contains(postings: Sequence[int], doc: int) -> bool:
-    i = bisect_left(postings, doc)
-    return i < len(postings) and postings[i] == doc
-
-
-def _discard(postings: array[int], doc: int) -> bool:
-    i = bisect_left(postings, doc)
-    if i < len(postings) and postings[i] == doc:
-        del postings[i]
-        return True
-    return False
+def _new_lows() -> array[int]:
+    return array("H")
 
 
 class SearchIndex:
@@ -448,7 +509,7 @@ class SearchIndex:
         self._reset()
 
     def _reset(self) -> None:
-        self._post: defaultdict[str, array[int]] = defaultdict(_new_postings)
+        self._post: dict[str, PostingList] = {}  # gram -> its documents (postings.py)
         self._singles: dict[str, array[int]] = {}  # fields of exactly one code point
         self._char_bigrams: dict[str, set[str]] = {}  # code point -> 2-grams containing it
         self._ids: list[str | None] = []  # document number -> message id (None: removed)
@@ -488,19 +549,101 @@ class SearchIndex:
         self._raise_bounds(doc, msg)
         grams, singles = _grams(msg)
         post = self._post
-        before = len(post)
         # Document numbers only grow, so appending keeps every posting list sorted.
-        deque(map(array.append, map(post.__getitem__, grams), repeat(doc)), maxlen=0)
-        if len(post) != before:
-            for g in grams:
-                if len(g) == 2 and len(post[g]) == 1:
+        for g in grams:
+            p = post.get(g)
+            if p is None:
+                post[g] = array("I", [doc])
+                if len(g) == 2:
                     self._register_bigram(g)
+            elif isinstance(p, Postings):
+                p.append(doc)
+            else:
+                p.append(doc)
+                if len(p) >= BIG:
+                    post[g] = pack(p)
         for ch in singles:
             p = self._singles.get(ch)
             if p is None:
                 p = self._singles[ch] = array("I")
             if not p or p[-1] != doc:
                 p.append(doc)
+
+    def build(
+        self, messages: Iterable[Message], *, cancelled: Callable[[], bool] | None = None
+    ) -> bool:
+        """Index every message of `messages` into this empty index at once: the same index as
+        `add` of each in order, for less work (the per-document tables are made in one pass
+        each; the postings one 65,536-document container at a time, appended to each gram's
+        list whole). ValueError (index left empty) for an id given twice or a non-empty
+        index. `cancelled` is polled every few thousand messages: when it says True the build
+        stops and returns False (the index is then partial: drop it)."""
+        if self._ids:
+            raise ValueError("build() needs an empty index")
+        msgs = list(messages)
+        n = len(msgs)
+        ids: list[str | None] = [m.message_id for m in msgs]
+        docs = dict(zip(ids, range(n), strict=True))
+        if len(docs) != n:
+            raise ValueError("a message_id is given twice")
+        imps = array("b", [m.metadata.importance for m in msgs])
+        lanes: dict[int, array[int]] = {
+            level: array("I", group)
+            for level, group in groupby(sorted(range(n), key=imps.__getitem__), imps.__getitem__)
+        }
+        sessions: defaultdict[str, array[int]] = defaultdict(_new_docs)
+        deque(
+            map(array.append, map(sessions.__getitem__, [m.session_id for m in msgs]), range(n)),
+            maxlen=0,
+        )
+        stamps = [m.timestamp for m in msgs]
+        blk_ts = array("q", [max(stamps[i : i + _BLOCK]) for i in range(0, n, _BLOCK)])
+        del stamps
+        post: dict[str, PostingList] = {}
+        singles: dict[str, array[int]] = {}
+        for start in range(0, n, _CONTAINER):
+            high = start >> 16
+            local: defaultdict[str, array[int]] = defaultdict(_new_lows)
+            for part in range(start, min(start + _CONTAINER, n), _POLL):
+                if cancelled is not None and cancelled():
+                    return False
+                for low, msg in enumerate(islice(msgs, part, part + _POLL), part - start):
+                    grams, ones = _grams_without_bigrams(msg)
+                    deque(map(array.append, map(local.__getitem__, grams), repeat(low)), maxlen=0)
+                    for ch in ones:
+                        sp = singles.get(ch)
+                        if sp is None:
+                            sp = singles[ch] = array("I")
+                        if not sp or sp[-1] != start + low:
+                            sp.append(start + low)
+            _derive_bigrams(local)
+            for g, lows in local.items():
+                p = post.get(g)
+                if p is None:
+                    if len(lows) < BIG:
+                        post[g] = array("I", map(start.__add__, lows))
+                        continue
+                    p = post[g] = Postings(array("I", [0]), array("H"), 0)
+                elif not isinstance(p, Postings):
+                    if len(p) + len(lows) < BIG:
+                        p.extend(map(start.__add__, lows))
+                        continue
+                    p = post[g] = pack(p)
+                p.add_container(high, lows)
+            del local
+        self._post = post
+        self._singles = singles
+        self._ids = ids
+        self._docs = docs  # type: ignore[assignment]  # no None: every id is a message's
+        self._sig = array("q", map(_signature, msgs))
+        self._imp = imps
+        self._lanes = lanes
+        self._sessions = dict(sessions)
+        self._blk_ts = blk_ts
+        for g in post:
+            if len(g) == 2:
+                self._register_bigram(g)
+        return True
 
     def remove(self, msg: Message) -> None:
         """Forget a message given the value previously added; unknown ids are ignored."""
@@ -552,10 +695,13 @@ class SearchIndex:
             insort(sess, doc)
         post = self._post
         for g in added:
-            p = post[g]
-            if len(p) == 0 and len(g) == 2:
-                self._register_bigram(g)
-            insort(p, doc)
+            p = post.get(g)
+            if p is None:
+                post[g] = array("I", [doc])
+                if len(g) == 2:
+                    self._register_bigram(g)
+            else:
+                post[g] = insert(p, doc)
         for ch in added_singles:
             sp = self._singles.get(ch)
             if sp is None:
@@ -718,7 +864,7 @@ class SearchIndex:
         accept: Callable[[Message], bool] | None,
         limit: int,
         heap: list[tuple[float, int, int, str]],
-        plan: tuple[Sequence[int] | None, list[array[int]]],
+        plan: tuple[Candidates | None, list[PostingList]],
         max_score: float,
         seen: set[int] | None,
         min_importance: int,
@@ -762,19 +908,19 @@ class SearchIndex:
                 return False
             lane = lanes[level]
             stream: Iterable[int]
-            checks: list[array[int]] = []  # lists each document of `stream` must be in
+            checks: list[Callable[[int], bool]] = []  # tests each document of `stream` passes
             if cands is None:
                 stream = reversed(lane)
             elif len(lane) * _LANE_RATIO < len(cands):
-                stream = (d for d in reversed(lane) if _contains(cands, d))
-                checks = filters
+                stream = filter(checker(cands), reversed(lane))
+                checks = [checker(p) for p in filters]
             elif len(lanes) == 1:
                 stream = _filtered(cands, filters) if filters else reversed(cands)
             else:
                 stream = (d for d in _filtered(cands, filters) if imps[d] == level)
             last_block = -1
             for doc in stream:
-                if checks and not all(_contains(p, doc) for p in checks):
+                if checks and not all(map(call, checks, repeat(doc))):
                     continue
                 if skip is not None and doc in skip:
                     continue
@@ -798,9 +944,9 @@ class SearchIndex:
                             # outside `whole` (this level and below) is out for good.
                             # The candidates among them, intersected in C once (the
                             # narrowed walk then needs no per-document list checks).
-                            pool = whole if cands is None else whole.intersection(cands)
+                            pool = whole if cands is None else intersect(whole, cands)
                             for p in filters:
-                                pool = pool.intersection(p)
+                                pool = intersect(pool, p)
                             if skip is not None:
                                 pool = pool.difference(skip)
                             rest = [lv for lv in levels if min_importance <= lv <= level]
@@ -933,11 +1079,11 @@ class SearchIndex:
 
     def _plan(
         self, terms: list[str], scope: array[int] | None
-    ) -> tuple[Sequence[int] | None, list[array[int]]]:
+    ) -> tuple[Candidates | None, list[PostingList]]:
         """Ascending candidate document numbers (None: every document), plus posting lists
         each candidate must also be in, for documents containing every term somewhere (and in
         `scope`, a session's documents, when given)."""
-        required: dict[int, array[int]] = {}
+        required: dict[int, PostingList] = {}
         if scope is not None:
             required[id(scope)] = scope
         singles: list[str] = []
@@ -960,17 +1106,17 @@ class SearchIndex:
                 return lists[0], self._filters(lists[1:], scope)
             # Small driver: intersect in C while a list is short enough relative to the
             # survivors; longer lists are checked per candidate by bisection.
-            survivors = set(lists[0])
-            rest: list[array[int]] = []
+            survivors = set(members(lists[0]))
+            rest: list[PostingList] = []
             for p in lists[1:]:
                 if rest or len(p) > _INTERSECT_RATIO * len(survivors):
                     rest.append(p)
                     continue
-                survivors.intersection_update(p)
+                survivors = intersect(survivors, p)
                 if not survivors:
                     return [], []
             return sorted(survivors), self._filters(rest, scope)
-        best: list[array[int]] | None = None
+        best: list[PostingList] | None = None
         best_size = 0
         if len(singles) > _SINGLES_SIZED:
             # Any one of them can drive (candidates are verified against every word); size
@@ -981,7 +1127,9 @@ class SearchIndex:
                 _SINGLES_SIZED, singles, key=lambda ch: len(bigrams.get(ch, ()))
             )
         for ch in singles:
-            parts = [p for g in self._char_bigrams.get(ch, ()) if (p := post.get(g)) is not None]
+            parts: list[PostingList] = [
+                p for g in self._char_bigrams.get(ch, ()) if (p := post.get(g)) is not None
+            ]
             single = self._singles.get(ch)
             if single is not None:
                 parts.append(single)
@@ -991,7 +1139,7 @@ class SearchIndex:
         if best is not None and best_size * _SCAN_RATIO <= len(self._docs):
             union: set[int] = set()
             for p in best:
-                union.update(p)
+                union.update(members(p))
             return sorted(union), []
         return None, []
 
@@ -1032,7 +1180,7 @@ class SearchIndex:
             for x in [_START, *seps]:
                 p = post.get(x + head)
                 if p is not None:
-                    left.update(p)
+                    left.update(members(p))
             result = left
         if _is_word_char(phrase[-1]):
             tail = phrase[-2:]
@@ -1040,7 +1188,7 @@ class SearchIndex:
             for y in [*seps, _END]:
                 p = post.get(tail + y)
                 if p is not None:
-                    right.update(p)
+                    right.update(members(p))
             result = right if result is None else result & right
         return result if result is not None else set()
 
@@ -1059,7 +1207,7 @@ class SearchIndex:
                 for y in [*seps, _END]:
                     p = post.get(x + ch + y)
                     if p is not None:
-                        result.update(p)
+                        result.update(members(p))
             return result
         bigrams = self._char_bigrams.get(ch, ())
         left: set[int] = set()
@@ -1069,17 +1217,17 @@ class SearchIndex:
             if p is None:
                 continue
             if g[1] == ch and not _is_word_char(g[0]):
-                left.update(p)
+                left.update(members(p))
             if g[0] == ch and not _is_word_char(g[1]):
-                right.update(p)
+                right.update(members(p))
             if g[0] == ch and (e := post.get(_START + g)) is not None:
-                left.update(e)  # a field starting with ch
+                left.update(members(e))  # a field starting with ch
             if g[1] == ch and (e := post.get(g + _END)) is not None:
-                right.update(e)  # a field ending with ch
+                right.update(members(e))  # a field ending with ch
         return result | (left & right)
 
     @staticmethod
-    def _filters(rest: list[array[int]], scope: array[int] | None) -> list[array[int]]:
+    def _filters(rest: list[PostingList], scope: array[int] | None) -> list[PostingList]:
         """The first few of `rest` (shortest first), and always the session scope: term lists
         only save verification work, but the scope is a hard constraint."""
         out = rest[:_FILTERS]
@@ -1096,7 +1244,7 @@ class SearchIndex:
         size = sys.getsizeof(self) + sys.getsizeof(self._post) + sys.getsizeof(self._singles)
         for table in (self._post, self._singles):
             for g, p in table.items():
-                size += sys.getsizeof(g) + sys.getsizeof(p)
+                size += sys.getsizeof(g) + nbytes(p)
         size += sys.getsizeof(self._char_bigrams)
         for ch, s in self._char_bigrams.items():
             size += sys.getsizeof(ch) + sys.getsizeof(s)
@@ -1128,7 +1276,8 @@ class SearchIndex:
             problems.append(f"search index: {stale} messages missing or indexed with old values")
         for table in (self._post, self._singles):
             for p in table.values():
-                if any(a >= b for a, b in pairwise(p)):
+                bad = p.check() if isinstance(p, Postings) else ""
+                if bad or any(a >= b for a, b in pairwise(p)):
                     problems.append("search index: a posting list is not strictly ascending")
                     return problems
         return problems

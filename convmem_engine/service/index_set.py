@@ -139,8 +139,7 @@ class IndexSet:
             if loaded is not None:
                 self.search_index = loaded
             else:
-                for msg in messages.values():
-                    self.search_index.add(msg)
+                self.search_index.build(messages.values())
             self._search_pending = None
             self._search_ready.set()
             if len(messages) >= BACKGROUND_SEARCH_FROM:
@@ -158,10 +157,8 @@ class IndexSet:
         loaded: SearchIndex | None = None
         try:
             loaded = saved() if saved is not None else None
-            for msg in messages if loaded is None else ():
-                if self._search_cancel:
-                    break
-                index.add(msg)
+            if loaded is None:
+                index.build(messages, cancelled=lambda: self._search_cancel)
         except Exception as e:  # reported by search; rebuild_index recovers
             log.exception("search index build failed")
             error = f"search index: build failed ({type(e).__name__})"

@@ -5,12 +5,15 @@ not a whole index are refused."""
 from __future__ import annotations
 
 import random
+from array import array
 from collections.abc import Callable
+from itertools import pairwise
 
 import pytest
 
 from convmem_engine.domain.message import Message, Metadata
 from convmem_engine.index import search_file
+from convmem_engine.index.postings import BITMAP, DENSE, Postings
 from convmem_engine.index.search_index import SearchIndex
 
 WORDS = ["alpha", "beta", "ha", "ing", "日本語", "é", "a", "x", "x_y", "Zeta", "ç", "🙂", "lo"]
@@ -159,3 +162,49 @@ def test_an_id_with_a_line_feed_is_not_encoded() -> None:
     index.add(Message("a\nb", "s", 1, "user", "hello", 1, 1))
     with pytest.raises(ValueError):
         b"".join(search_file.encode(index))
+
+
+def test_compressed_lists_round_trip_and_bad_layouts_are_refused() -> None:
+    from tests.index.test_search_index import dense_corpus, has_bitmaps
+
+    messages = {m.message_id: m for m in dense_corpus(16_000, 21)}
+    index = SearchIndex()
+    assert index.build(messages.values())
+    for mid in random.Random(22).sample(sorted(messages), 300):
+        index.remove(messages.pop(mid))
+    assert has_bitmaps(index)
+    blob = b"".join(search_file.encode(index))
+    loaded = search_file.decode(reader(blob), resolver(messages))
+    assert state(loaded) == state(index)
+    assert loaded.check(messages) == []
+    for q in ["lo", "la ve", "ta ta ta", "l", "hel"]:
+        assert loaded.search(q, messages, limit=20) == index.search(q, messages, limit=20)
+
+    def refused(damage: Callable[[Postings], None]) -> None:
+        copy = search_file.decode(reader(blob), resolver(messages))
+        p = next(
+            p
+            for p in copy._post.values()
+            if isinstance(p, Postings) and BITMAP in {e - s for s, e in pairwise(p.at)}
+        )
+        damage(p)
+        with pytest.raises(ValueError):
+            search_file.decode(reader(b"".join(search_file.encode(copy))), resolver(messages))
+
+    def wrong_count(p: Postings) -> None:
+        p.n += 1
+
+    def table_past_the_data(p: Postings) -> None:
+        p.at[-1] += 1
+
+    def sparse_bitmap(p: Postings) -> None:
+        h = next(h for h in range(len(p.at) - 1) if p.at[h + 1] - p.at[h] == BITMAP)
+        for w in range(p.at[h], p.at[h] + BITMAP - 100):
+            p.data[w] = 0
+
+    def container_too_long(p: Postings) -> None:
+        p.at[1:] = array("I", [x + DENSE for x in p.at[1:]])
+        p.data.extend(range(DENSE))
+
+    for damage in (wrong_count, table_past_the_data, sparse_bitmap, container_too_long):
+        refused(damage)

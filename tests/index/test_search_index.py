@@ -6,13 +6,17 @@ direct way (every position, every field), independently of the index's code path
 
 from __future__ import annotations
 
+import random
 import unicodedata
+from array import array
+from itertools import pairwise
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from convmem_engine.domain.message import Message, Metadata
+from convmem_engine.index.postings import BITMAP, Postings
 from convmem_engine.index.search_index import SearchHit, SearchIndex
 
 # -- reference ------------------------------------------------------------------------------
@@ -143,6 +147,22 @@ def build(messages: list[Message]) -> tuple[SearchIndex, dict[str, Message]]:
     return idx, {m.message_id: m for m in messages}
 
 
+def index_state(index: SearchIndex) -> tuple[object, ...]:
+    """Everything an index holds, posting lists as plain lists (whatever their layout)."""
+    return (
+        {g: list(p) for g, p in index._post.items()},
+        {g: list(p) for g, p in index._singles.items()},
+        {s: list(p) for s, p in index._sessions.items()},
+        {k: list(p) for k, p in index._lanes.items()},
+        {c: set(s) for c, s in index._char_bigrams.items()},
+        index._ids,
+        index._docs,
+        list(index._sig),
+        list(index._imp),
+        list(index._blk_ts),
+    )
+
+
 def ids(hits: list[SearchHit]) -> list[str]:
     return [h.message_id for h in hits]
 
@@ -213,6 +233,9 @@ def corpus_and_queries(draw: st.DrawFn) -> tuple[list[Message], list[str]]:
 def test_search_equals_brute_force(data: tuple[list[Message], list[str]], limit: int) -> None:
     messages, queries = data
     idx, msgs = build(messages)
+    built = SearchIndex()  # the batch build gives the same index as adding one by one
+    assert built.build(messages)
+    assert index_state(built) == index_state(idx)
     for q in queries:
         assert_like_reference(idx, msgs, q)
         assert_like_reference(idx, msgs, q, limit)
@@ -588,7 +611,6 @@ def test_large_random_corpus_against_reference(kind: str) -> None:
     # Big enough that posting lists are long (lazy walks, adaptive whole-word bounds), random
     # enough to mix whole and partial words, field edges, importance and out-of-order times.
     # Unspaced: whole words are rare, so the walk must learn where they can be.
-    import random
 
     rng = random.Random(20261130)
     spaced = kind == "spaced"
@@ -745,7 +767,6 @@ def adversarial_query(draw: st.DrawFn, vocabulary: list[str]) -> tuple[str, int]
 def _repetitive_store(spaced: bool, n: int = 2500) -> tuple[SearchIndex, dict[str, Message]]:
     # Words nearly always inside longer words ("thing", "inat"): the walks cannot stop on the
     # 0.5 bound, learn the whole-word documents and narrow; a few fields have them whole.
-    import random
 
     rng = random.Random(13 if spaced else 31)
     syllables = ["ing", "in", "th", "at", "a", "e", "lo", "É", "設計", "e\u0301", "🎉", "x"]
@@ -847,7 +868,6 @@ def test_filtered_walk_equals_the_intersection(seed: int) -> None:
     # Candidates past the lazy steps are intersected in C (lists short enough) or still
     # checked by bisection (lists much longer than the survivors): same documents, newest
     # first, either way.
-    import random
     from array import array
 
     from convmem_engine.index.search_index import _LAZY_STEPS, _filtered
@@ -884,3 +904,107 @@ def test_phrase_pass_past_the_lazy_steps() -> None:
         for limit in (1, 20):
             assert_like_reference(idx, msgs, query, limit)
         assert_like_reference(idx, msgs, query, 5, session_id="s1", min_importance=60)
+
+
+def dense_corpus(n: int, seed: int) -> list[Message]:
+    """Short texts over a few syllables: most grams are in most messages, so their posting
+    lists are compressed and their containers bitmaps (postings.py)."""
+    rng = random.Random(seed)
+    words = ["lo", "la", "ve", "ta", "hel", "lota"]
+    return [
+        msg(
+            i,
+            " ".join(rng.choice(words) for _ in range(rng.randint(1, 4))),
+            summary="la" if rng.random() < 0.01 else None,
+            importance=rng.choice((50, 50, 80)),
+            timestamp=rng.randint(0, 10**6),
+            session=f"s{rng.randint(0, 3)}",
+        )
+        for i in range(n)
+    ]
+
+
+DENSE_QUERIES = ["lo", "la ve", "lo lo", "hel", "l", "e", "ta ta ta", "lota", "a l", "ve hel"]
+
+
+def has_bitmaps(index: SearchIndex) -> bool:
+    return any(
+        isinstance(p, Postings) and BITMAP in {e - s for s, e in pairwise(p.at)}
+        for p in index._post.values()
+    )
+
+
+def test_compressed_lists_search_like_the_reference_through_changes() -> None:
+    messages = dense_corpus(16_000, 11)
+    idx = SearchIndex()
+    assert idx.build(messages)
+    msgs = {m.message_id: m for m in messages}
+    assert has_bitmaps(idx)
+    assert any(type(p) is array for p in idx._post.values())
+    for q in DENSE_QUERIES:
+        assert_like_reference(idx, msgs, q, 20)
+        assert_like_reference(idx, msgs, q, 7, session_id="s2", min_importance=60)
+    # Removals and replacements shrink bitmaps back into arrays (and grow others).
+    rng = random.Random(12)
+    for m in rng.sample(messages, 7000):
+        idx.remove(m)
+        del msgs[m.message_id]
+    for m in rng.sample(list(msgs.values()), 500):
+        new = Message(m.message_id, "s9", m.timestamp, m.role, "hel " + m.content[::-1], 2)
+        idx.replace(m, new)
+        msgs[m.message_id] = new
+    assert idx.check(msgs) == []
+    for q in DENSE_QUERIES:
+        assert_like_reference(idx, msgs, q, 20)
+        assert_like_reference(idx, msgs, q, 5, session_id="s9")
+
+
+def test_build_can_be_cancelled_and_refuses_duplicates_or_a_used_index() -> None:
+    messages = dense_corpus(9000, 13)
+    polls = 0
+
+    def cancelled() -> bool:
+        nonlocal polls
+        polls += 1
+        return polls > 1
+
+    assert not SearchIndex().build(messages, cancelled=cancelled)
+    with pytest.raises(ValueError):
+        SearchIndex().build([*messages[:5], messages[2]])
+    used = SearchIndex()
+    used.add(messages[0])
+    with pytest.raises(ValueError):
+        used.build(messages[1:])
+
+
+@pytest.mark.slow
+def test_build_over_several_containers_equals_adding() -> None:
+    # More than 65,536 documents: every list spans two containers.
+    messages = dense_corpus(70_000, 14)
+    built = SearchIndex()
+    assert built.build(messages)
+    added, msgs = build(messages)
+    assert index_state(built) == index_state(added)
+    for q in ["lo", "la ve", "ta ta ta"]:
+        assert_like_reference(built, msgs, q, 20)
+
+
+def test_build_derives_the_2_grams_like_adding_them_even_around_edge_markers() -> None:
+    # The batch build derives each 2-gram's list from the 3-grams it starts (and the field-end
+    # edge grams); texts holding the edge markers' own code points must not confuse it.
+    texts = ["ab", "abc", "\x02ab", "a\x02", "\x02", "x\x03", "\x03\x02z", "b\x02\x02c", "a", "ba"]
+    messages = [
+        msg(
+            i,
+            text,
+            summary=texts[(i + 3) % len(texts)] if i % 3 == 0 else None,
+            tags=(texts[(i + 5) % len(texts)],) if i % 4 == 0 else (),
+        )
+        for i, text in enumerate(texts * 3)
+    ]
+    idx, msgs = build(messages)
+    built = SearchIndex()
+    assert built.build(messages)
+    assert index_state(built) == index_state(idx)
+    for q in ["\x02a", "a\x02", "ab", "b\x02", "\x03\x02", "x\x03", "a", "\x02"]:
+        assert_like_reference(built, msgs, q, 10)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -24,17 +25,27 @@ from tests.index.test_search_index import ref_search
 
 
 class GatedSearchIndex(SearchIndex):
-    """The real index; each `add` first waits for the gate (the build cannot finish)."""
+    """The real index; `build` and each `add` first wait for the gate (the build cannot
+    finish)."""
 
     def __init__(self, gate: threading.Event, started: threading.Event) -> None:
         super().__init__()
         self.gate = gate
         self.started = started
 
-    def add(self, msg: Message) -> None:
+    def _wait(self) -> None:
         self.started.set()
         if not self.gate.wait(timeout=120):
             raise TimeoutError("test gate never opened")
+
+    def build(
+        self, messages: Iterable[Message], *, cancelled: Callable[[], bool] | None = None
+    ) -> bool:
+        self._wait()
+        return super().build(messages, cancelled=cancelled)
+
+    def add(self, msg: Message) -> None:
+        self._wait()
         super().add(msg)
 
 

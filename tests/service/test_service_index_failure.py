@@ -8,7 +8,7 @@ of the real SearchIndex that raises when armed, like the store's FileSystem seam
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -41,6 +41,12 @@ class FailingSearchIndex(SearchIndex):
     def add(self, msg: Message) -> None:
         self.faults.hit()
         super().add(msg)
+
+    def build(
+        self, messages: Iterable[Message], *, cancelled: Callable[[], bool] | None = None
+    ) -> bool:
+        self.faults.hit()
+        return super().build(messages, cancelled=cancelled)
 
     def remove(self, msg: Message) -> None:
         self.faults.hit()
