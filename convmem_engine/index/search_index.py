@@ -572,78 +572,102 @@ class SearchIndex:
     def build(
         self, messages: Iterable[Message], *, cancelled: Callable[[], bool] | None = None
     ) -> bool:
-        """Index every message of `messages` into this empty index at once: the same index as
-        `add` of each in order, for less work (the per-document tables are made in one pass
-        each; the postings one 65,536-document container at a time, appended to each gram's
-        list whole). ValueError (index left empty) for an id given twice or a non-empty
-        index. `cancelled` is polled every few thousand messages: when it says True the build
-        stops and returns False (the index is then partial: drop it)."""
+        """Index every message of `messages` into this empty index in one pass: the same index
+        as `add` of each in order, for less work. The postings are made one 65,536-document
+        container at a time (3-grams and edge grams appended to per-container lists, the
+        2-grams derived from them, each list then appended whole to its gram's posting list).
+        `messages` is read once, in order, and no message is kept (the store's lazy snapshot
+        builds each one as it is reached). ValueError (index left empty) for an id given
+        twice or a non-empty index. `cancelled` is polled every 4,096 messages: when it says
+        True the build stops and returns False (the index is left empty)."""
         if self._ids:
             raise ValueError("build() needs an empty index")
-        msgs = list(messages)
-        n = len(msgs)
-        ids: list[str | None] = [m.message_id for m in msgs]
+        ids: list[str | None] = []
+        imps = array("b")
+        sigs = array("q")
+        blk_ts = array("q")
+        sessions: defaultdict[str, array[int]] = defaultdict(_new_docs)
+        post: dict[str, PostingList] = {}
+        singles: dict[str, array[int]] = {}
+        local: defaultdict[str, array[int]] = defaultdict(_new_lows)
+        add_id = ids.append
+        add_imp = imps.append
+        add_sig = sigs.append
+        get_local = local.__getitem__
+        start = 0
+        doc = 0
+        for doc, msg in enumerate(messages):
+            low = doc - start
+            if low == _CONTAINER:
+                self._add_container(post, local, start)
+                local = defaultdict(_new_lows)
+                get_local = local.__getitem__
+                start = doc
+                low = 0
+            if not doc & (_POLL - 1) and cancelled is not None and cancelled():
+                return False
+            add_id(msg.message_id)
+            add_imp(msg.metadata.importance)
+            add_sig(_signature(msg))
+            sessions[msg.session_id].append(doc)
+            ts = msg.timestamp
+            if not doc & (_BLOCK - 1):
+                blk_ts.append(ts)
+            elif ts > blk_ts[-1]:
+                blk_ts[-1] = ts
+            grams, ones = _grams_without_bigrams(msg)
+            deque(map(array.append, map(get_local, grams), repeat(low)), maxlen=0)
+            for ch in ones:
+                sp = singles.get(ch)
+                if sp is None:
+                    sp = singles[ch] = array("I")
+                if not sp or sp[-1] != doc:
+                    sp.append(doc)
+        if local:
+            self._add_container(post, local, start)
+        del local
+        n = len(ids)
         docs = dict(zip(ids, range(n), strict=True))
         if len(docs) != n:
             raise ValueError("a message_id is given twice")
-        imps = array("b", [m.metadata.importance for m in msgs])
-        lanes: dict[int, array[int]] = {
+        self._lanes = {
             level: array("I", group)
             for level, group in groupby(sorted(range(n), key=imps.__getitem__), imps.__getitem__)
         }
-        sessions: defaultdict[str, array[int]] = defaultdict(_new_docs)
-        deque(
-            map(array.append, map(sessions.__getitem__, [m.session_id for m in msgs]), range(n)),
-            maxlen=0,
-        )
-        stamps = [m.timestamp for m in msgs]
-        blk_ts = array("q", [max(stamps[i : i + _BLOCK]) for i in range(0, n, _BLOCK)])
-        del stamps
-        post: dict[str, PostingList] = {}
-        singles: dict[str, array[int]] = {}
-        for start in range(0, n, _CONTAINER):
-            high = start >> 16
-            local: defaultdict[str, array[int]] = defaultdict(_new_lows)
-            for part in range(start, min(start + _CONTAINER, n), _POLL):
-                if cancelled is not None and cancelled():
-                    return False
-                for low, msg in enumerate(islice(msgs, part, part + _POLL), part - start):
-                    grams, ones = _grams_without_bigrams(msg)
-                    deque(map(array.append, map(local.__getitem__, grams), repeat(low)), maxlen=0)
-                    for ch in ones:
-                        sp = singles.get(ch)
-                        if sp is None:
-                            sp = singles[ch] = array("I")
-                        if not sp or sp[-1] != start + low:
-                            sp.append(start + low)
-            _derive_bigrams(local)
-            for g, lows in local.items():
-                p = post.get(g)
-                if p is None:
-                    if len(lows) < BIG:
-                        post[g] = array("I", map(start.__add__, lows))
-                        continue
-                    p = post[g] = Postings(array("I", [0]), array("H"), 0)
-                elif not isinstance(p, Postings):
-                    if len(p) + len(lows) < BIG:
-                        p.extend(map(start.__add__, lows))
-                        continue
-                    p = post[g] = pack(p)
-                p.add_container(high, lows)
-            del local
         self._post = post
         self._singles = singles
         self._ids = ids
         self._docs = docs  # type: ignore[assignment]  # no None: every id is a message's
-        self._sig = array("q", map(_signature, msgs))
+        self._sig = sigs
         self._imp = imps
-        self._lanes = lanes
         self._sessions = dict(sessions)
         self._blk_ts = blk_ts
         for g in post:
             if len(g) == 2:
                 self._register_bigram(g)
         return True
+
+    @staticmethod
+    def _add_container(
+        post: dict[str, PostingList], local: dict[str, array[int]], start: int
+    ) -> None:
+        """build(): append one container's lists (`local`: gram -> low bits of the documents
+        from `start`) to the posting lists, the 2-grams derived first."""
+        _derive_bigrams(local)
+        high = start >> 16
+        for g, lows in local.items():
+            p = post.get(g)
+            if p is None:
+                if len(lows) < BIG:
+                    post[g] = array("I", map(start.__add__, lows))
+                    continue
+                p = post[g] = Postings(array("I", [0]), array("H"), 0)
+            elif not isinstance(p, Postings):
+                if len(p) + len(lows) < BIG:
+                    p.extend(map(start.__add__, lows))
+                    continue
+                p = post[g] = pack(p)
+            p.add_container(high, lows)
 
     def remove(self, msg: Message) -> None:
         """Forget a message given the value previously added; unknown ids are ignored."""

@@ -3,7 +3,7 @@
 Every operation the search planner uses (membership, ascending and descending walks, unordered
 members, insertion, removal, the plain -> compressed promotion) is compared with the same
 operation on a Python list/set, on lists that span several 65,536-document containers and
-cross the container kinds' thresholds (array / bitmap at exactly 4,096 and from 8,192)."""
+cross the container kinds' thresholds (array / bitmap at exactly 4,096 and from 16,384)."""
 
 from __future__ import annotations
 

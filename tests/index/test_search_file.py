@@ -167,7 +167,7 @@ def test_an_id_with_a_line_feed_is_not_encoded() -> None:
 def test_compressed_lists_round_trip_and_bad_layouts_are_refused() -> None:
     from tests.index.test_search_index import dense_corpus, has_bitmaps
 
-    messages = {m.message_id: m for m in dense_corpus(16_000, 21)}
+    messages = {m.message_id: m for m in dense_corpus(20_000, 21)}
     index = SearchIndex()
     assert index.build(messages.values())
     for mid in random.Random(22).sample(sorted(messages), 300):

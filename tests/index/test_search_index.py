@@ -914,7 +914,10 @@ def dense_corpus(n: int, seed: int) -> list[Message]:
     return [
         msg(
             i,
-            " ".join(rng.choice(words) for _ in range(rng.randint(1, 4))),
+            " ".join(
+                ["lota" if rng.random() < 0.9 else "ve"]
+                + [rng.choice(words) for _ in range(rng.randint(0, 3))]
+            ),
             summary="la" if rng.random() < 0.01 else None,
             importance=rng.choice((50, 50, 80)),
             timestamp=rng.randint(0, 10**6),
@@ -935,7 +938,7 @@ def has_bitmaps(index: SearchIndex) -> bool:
 
 
 def test_compressed_lists_search_like_the_reference_through_changes() -> None:
-    messages = dense_corpus(16_000, 11)
+    messages = dense_corpus(20_000, 11)
     idx = SearchIndex()
     assert idx.build(messages)
     msgs = {m.message_id: m for m in messages}
@@ -946,7 +949,7 @@ def test_compressed_lists_search_like_the_reference_through_changes() -> None:
         assert_like_reference(idx, msgs, q, 7, session_id="s2", min_importance=60)
     # Removals and replacements shrink bitmaps back into arrays (and grow others).
     rng = random.Random(12)
-    for m in rng.sample(messages, 7000):
+    for m in rng.sample(messages, 9000):
         idx.remove(m)
         del msgs[m.message_id]
     for m in rng.sample(list(msgs.values()), 500):
