@@ -1,7 +1,8 @@
 """Compressed posting lists: ascending document numbers in 65,536-document containers.
 
 A gram's posting list is either a plain `array('I')` of document numbers (short lists: fewer
-than `BIG` documents when built) or a `Postings`, a Roaring-style layout in two arrays:
+than `BIG` documents when built) or a `Postings`, a Roaring-style layout in two arrays (plus
+the documents per container, `cards`, derived from them):
 
     at      array('I'), K + 1 entries: container h (documents h * 65536 ... h * 65536 + 65535)
             is data[at[h]:at[h + 1]] (empty when both are equal)
@@ -166,12 +167,21 @@ class Postings:
     """Ascending document numbers in containers (see the module docstring). `len`,
     `contains`, ascending and descending iteration, `members` (any order)."""
 
-    __slots__ = ("at", "data", "n")
+    __slots__ = ("at", "cards", "data", "n")
 
     def __init__(self, at: array[int], data: array[int], n: int) -> None:
         self.at = at
         self.data = data
         self.n = n
+        # Documents per container (a bitmap's is not its length; kept so that a write never
+        # has to count a bitmap's bits to know whether it changes kind).
+        self.cards = array(
+            "I",
+            [
+                _cardinality(data, at[h]) if at[h + 1] - at[h] == BITMAP else at[h + 1] - at[h]
+                for h in range(len(at) - 1)
+            ],
+        )
 
     @classmethod
     def of(cls, docs: Iterable[int]) -> Postings:
@@ -189,9 +199,11 @@ class Postings:
             raise ValueError("containers must be appended in order")
         if high >= k:
             at.extend(repeat(at[k], high - k + 1))
+            self.cards.extend(repeat(0, high - k + 1))
         data = self.data
         data.extend(_bitmap_of(lows) if _is_bitmap(len(lows)) else lows)
         at[high + 1] = len(data)
+        self.cards[high] = len(lows)
         self.n += len(lows)
 
     def __len__(self) -> int:
@@ -213,9 +225,7 @@ class Postings:
 
     def cardinality(self, h: int) -> int:
         """Documents in container `h`."""
-        s = self.at[h]
-        e = self.at[h + 1]
-        return _cardinality(self.data, s) if e - s == BITMAP else e - s
+        return self.cards[h]
 
     def _lows(self, h: int) -> array[int]:
         """The low bits of container `h`'s documents, ascending (a copy)."""
@@ -291,9 +301,12 @@ class Postings:
         at = self.at
         if doc >> 16 == len(at) - 2:
             e = at[-1]
-            if e - at[-2] < BITMAP - 1:
+            width = e - at[-2]
+            # An array container that stays one (neither BITMAP long, nor becoming a bitmap).
+            if width < DENSE - 1 and width != BITMAP and width != BITMAP - 1:
                 self.data.append(doc & _MASK)
                 at[-1] = e + 1
+                self.cards[-1] += 1
                 self.n += 1
                 return
         self.insert(doc)
@@ -315,8 +328,7 @@ class Postings:
             if data[w] & bit:
                 return False
             data[w] |= bit
-            card = _cardinality(data, s)
-            if not _is_bitmap(card):
+            if not _is_bitmap(self.cards[h] + 1):
                 self._rewrite(h, self._lows(h))
         else:
             i = bisect_left(data, low, s, e)
@@ -330,6 +342,7 @@ class Postings:
                 data.insert(i, low)
                 for j in range(h + 1, len(at)):
                     at[j] += 1
+        self.cards[h] += 1
         self.n += 1
         return True
 
@@ -349,7 +362,7 @@ class Postings:
             if not data[w] & bit:
                 return False
             data[w] &= ~bit & _MASK
-            if not _is_bitmap(_cardinality(data, s)):
+            if not _is_bitmap(self.cards[h] - 1):
                 self._rewrite(h, self._lows(h))
         else:
             i = bisect_left(data, low, s, e)
@@ -363,9 +376,11 @@ class Postings:
                 del data[i]
                 for j in range(h + 1, len(at)):
                     at[j] -= 1
+        self.cards[h] -= 1
         self.n -= 1
         while len(at) > 1 and at[-1] == at[-2]:
             at.pop()
+            self.cards.pop()
         return True
 
     def check(self) -> str:
@@ -380,7 +395,9 @@ class Postings:
             e = at[h + 1]
             if e < s or e - s >= DENSE:
                 return "container of a wrong size"
-            card = self.cardinality(h)
+            card = _cardinality(data, s) if e - s == BITMAP else e - s
+            if len(self.cards) != len(at) - 1 or card != self.cards[h]:
+                return "container sizes not kept"
             if _is_bitmap(card) != (e - s == BITMAP):
                 return "container of the wrong kind for its size"
             if e - s != BITMAP and any(a >= b for a, b in pairwise(data[s:e])):
@@ -458,5 +475,10 @@ def pack(postings: array[int]) -> Postings:
 def nbytes(postings: PostingList) -> int:
     """Bytes allocated for a posting list (sys.getsizeof of its objects)."""
     if type(postings) is Postings:
-        return sys.getsizeof(postings) + sys.getsizeof(postings.at) + sys.getsizeof(postings.data)
+        return (
+            sys.getsizeof(postings)
+            + sys.getsizeof(postings.at)
+            + sys.getsizeof(postings.data)
+            + sys.getsizeof(postings.cards)
+        )
     return sys.getsizeof(postings)
