@@ -463,7 +463,10 @@ class Store:
                 return None
             self._messages = body  # before open returns: nobody holds the old view yet
             self._snapshot_size = size
-            self._snapshot_at = (meta.generation, meta.log_offset)
+            if meta.layout == snap.BINARY:
+                self._snapshot_at = (meta.generation, meta.log_offset)
+            # else (JSON rows, before issue 13): the next close writes it again in binary rows,
+            # even when the log did not move (the same state: a derived file's tag still holds)
             return meta
         finally:
             if sfd >= 0:

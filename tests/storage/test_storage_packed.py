@@ -12,7 +12,13 @@ import struct
 from pathlib import Path
 
 import pytest
-from storage_helpers import RICH_METADATA, dir_bytes, make_message, resign_snapshot
+from storage_helpers import (
+    RICH_METADATA,
+    dir_bytes,
+    json_rows_snapshot,
+    make_message,
+    resign_snapshot,
+)
 
 from convmem_engine.domain import DEFAULT_METADATA, Message, Metadata
 from convmem_engine.storage import FileSystem, Store, packed
@@ -184,6 +190,23 @@ def test_a_store_with_a_json_snapshot_opens_from_it_and_writes_binary(tmp_path: 
         assert s.take_open_changes() == {}  # the new snapshot covers the whole log
         assert [m.to_json() for m in s.messages.values()] == expected
         assert s.check() == []
+
+
+def test_a_json_snapshot_of_an_unchanged_log_is_rewritten_binary_at_close(tmp_path: Path) -> None:
+    msgs = [make_message("a"), make_message("b", metadata=RICH_METADATA)]
+    with Store.open(tmp_path) as s:
+        for m in msgs:
+            s.put(m)
+    data = (tmp_path / "snapshot.bin").read_bytes()
+    (tmp_path / "snapshot.bin").write_bytes(json_rows_snapshot(data, msgs))
+    log = (tmp_path / "active.log").read_bytes()
+    with Store.open(tmp_path) as s:
+        assert s.take_open_changes() == {} and list(s.messages.values()) == msgs
+    assert (tmp_path / "active.log").read_bytes() == log  # the log untouched
+    again = (tmp_path / "snapshot.bin").read_bytes()
+    assert again.startswith(b"CMSNAP4\n") and again == data  # the same state, binary rows
+    with Store.open(tmp_path) as s:
+        assert list(s.messages.values()) == msgs and s.check() == []
 
 
 def test_compaction_drops_deleted_messages_session_ids(tmp_path: Path) -> None:
