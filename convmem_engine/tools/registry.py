@@ -169,11 +169,39 @@ class ToolRegistry:
 
 def validate_arguments(spec: ToolSpec[Any], arguments: Mapping[str, Any]) -> dict[str, Any]:
     """The checked arguments of a call to `spec`: the schema check, then each parameter's
-    checks and the tool's rule. Raises ValidationError."""
-    check_schema(spec.validator, arguments)
-    # In declaration order (after the schema check every given argument is declared), so the
-    # first rule broken is reported the same way whatever order the caller sent.
-    checked = {p.name: p.check(arguments[p.name]) for p in spec.params if p.name in arguments}
+    checks and the tool's rule. Raises ValidationError.
+
+    A call that plainly passes (`_plainly_valid`) skips the JSON Schema validator, whose walk
+    was most of the argument checking's cost per call; the result and every error are the same
+    either way (tests/tools/test_arguments_fast.py)."""
+    checked = _plainly_valid(spec, arguments)
+    if checked is None:
+        check_schema(spec.validator, arguments)
+        # In declaration order (after the schema check every given argument is declared), so
+        # the first rule broken is reported the same way whatever order the caller sent.
+        checked = {p.name: p.check(arguments[p.name]) for p in spec.params if p.name in arguments}
     if spec.rule is not None:
         spec.rule(checked)
+    return checked
+
+
+def _plainly_valid(spec: ToolSpec[Any], arguments: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The parameters' checked values when every given argument is declared, every required
+    one is given and each value passes its check with a kind whose check implies its schema
+    fragment (`Kind.check_implies_schema`): then the schema would accept the call too. None
+    otherwise, so that the schema's own messages come first, as they always have."""
+    if not all(name in spec.param_names for name in arguments):
+        return None
+    if not all(name in arguments for name in spec.required_names):
+        return None
+    checked: dict[str, Any] = {}
+    try:
+        for p in spec.params:
+            if p.name in arguments:
+                value = arguments[p.name]
+                if not p.check_implies_schema(value):
+                    return None
+                checked[p.name] = p.check(value)
+    except Exception:  # the slow path raises it again, after the schema's own errors
+        return None
     return checked

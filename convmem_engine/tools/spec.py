@@ -57,6 +57,11 @@ class Text:
             return self.custom_check(value, name)
         return v.text(value, name, min_bytes=self.min_bytes, max_bytes=self.max_bytes)
 
+    def check_implies_schema(self, value: object) -> bool:
+        # bytes >= code points, so the byte limits are stricter than maxLength; a minimum
+        # above 1 byte is not (13 two-byte characters are 26 bytes but 13 code points)
+        return self.custom_check is None and self.min_bytes <= 1 and isinstance(value, str)
+
 
 @dataclass(frozen=True, slots=True)
 class JsonText:
@@ -72,6 +77,9 @@ class JsonText:
 
     def check(self, value: object, name: str) -> Any:
         return self.parse(value, name)
+
+    def check_implies_schema(self, value: object) -> bool:
+        return isinstance(value, str)  # the parse reads a non-empty string of max_bytes bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +99,9 @@ class Ulid:
     def check(self, value: object, name: str) -> str:
         return v.message_id(value, name)
 
+    def check_implies_schema(self, value: object) -> bool:
+        return isinstance(value, str)
+
 
 @dataclass(frozen=True, slots=True)
 class Choice:
@@ -107,6 +118,9 @@ class Choice:
 
     def check(self, value: object, name: str) -> str:
         return v.choice(value, name, self.choices)
+
+    def check_implies_schema(self, value: object) -> bool:
+        return isinstance(value, str)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +140,9 @@ class Integer:
     def check(self, value: object, name: str) -> int:
         return v.integer(value, name, lo=self.minimum, hi=self.maximum)
 
+    def check_implies_schema(self, value: object) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
 
 @dataclass(frozen=True, slots=True)
 class Custom:
@@ -144,8 +161,16 @@ class Custom:
     def check(self, value: object, name: str) -> Any:
         return self.custom_check(value, name)
 
+    def check_implies_schema(self, value: object) -> bool:
+        return False  # the fragment is free-form: the schema always runs
+
 
 Kind = Text | JsonText | Ulid | Choice | Integer | Custom
+"""Every kind has `schema` (its JSON Schema fragment), `check` (the domain check) and
+`check_implies_schema(value)`: True when, for a value of this JSON type, `check` accepting it
+means the fragment accepts it too (the check is at least as strict). Calls whose every argument
+is such a value skip the JSON Schema validator (`tools.registry.validate_arguments`);
+tests/tools/test_arguments_fast.py compares both ways on random arguments."""
 
 
 def _with_default(schema: dict[str, Any], default: object) -> dict[str, Any]:
@@ -171,6 +196,9 @@ class Param:
 
     def check(self, value: object) -> Any:
         return self.kind.check(value, self.name)
+
+    def check_implies_schema(self, value: object) -> bool:
+        return self.kind.check_implies_schema(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +240,8 @@ class ToolSpec(Generic[C]):
     input_schema: dict[str, Any] = field(init=False, repr=False, compare=False)
     validator: Any = field(init=False, repr=False, compare=False)
     """The JSON Schema validator of `input_schema` (see `tools.arguments`)."""
+    param_names: frozenset[str] = field(init=False, repr=False, compare=False)
+    required_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         names = [p.name for p in self.params]
@@ -227,6 +257,8 @@ class ToolSpec(Generic[C]):
         if required:
             schema["required"] = required
         object.__setattr__(self, "input_schema", schema)
+        object.__setattr__(self, "param_names", frozenset(names))
+        object.__setattr__(self, "required_names", tuple(required))
         object.__setattr__(self, "validator", schema_validator(schema))
 
     @property
