@@ -15,7 +15,11 @@ for FTS5).
 
 Prints build time, memory, and per-query-class median/p95 latency with the ratio ours/FTS5.
 
+Also the worst queries found (issue 13; `WORST_CASES`): ours (wall and CPU) next to FTS5, and
+with `--baseline OLD.py` next to another search_index.py on the same index in the same run.
+
 Usage: python bench/bench_search.py [--repeat N] [--tracemalloc] [--markdown] [--only-new]
+       [--worst-only] [--baseline PATH]
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import sys
 import time
 import tracemalloc
 from collections.abc import Callable
+from typing import Final
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -163,18 +168,18 @@ def build_fts(
     return db, rowids, time.perf_counter() - t0, time.process_time() - c0, current_rss() - rss0
 
 
-def fts_sql(query: str, session: str | None) -> tuple[str, tuple[str, ...]]:
+def fts_sql(query: str, session: str | None, limit: int = LIMIT) -> tuple[str, tuple[str, ...]]:
     words = [w for w in re.split(r"[\s,.!?]+", query) if w]
     scope = " AND session = ?" if session is not None else ""
     extra: tuple[str, ...] = (session,) if session is not None else ()
     if all(len(w) >= 3 for w in words):
         match = " AND ".join('"' + w.replace('"', '""') + '"' for w in words)
-        return f"SELECT rowid FROM t WHERE t MATCH ?{scope} ORDER BY rank LIMIT {LIMIT}", (
+        return f"SELECT rowid FROM t WHERE t MATCH ?{scope} ORDER BY rank LIMIT {limit}", (
             match,
             *extra,
         )
     pattern = "%" + query.replace("%", "").replace("_", "") + "%"
-    return f"SELECT rowid FROM t WHERE content LIKE ?{scope} LIMIT {LIMIT}", (pattern, *extra)
+    return f"SELECT rowid FROM t WHERE content LIKE ?{scope} LIMIT {limit}", (pattern, *extra)
 
 
 def timed(fn: Callable[[], int], repeat: int) -> tuple[list[float], int]:
@@ -267,28 +272,127 @@ def print_table(
             print("  ".join(c.ljust(14) for c in cells))
 
 
-# Multi-word queries whose words are found mostly inside longer words ("hello", "thing"): the
-# words-only pass holds 20 hits below 0.5 and cannot stop on the 0.5 bound alone.
-INSIDE_WORDS = {
-    "lo lo": "lo lo",
-    "ing ing": "ing ing",
-    "ll ll": "ll ll",
-    "er er er": "er er er",
-    "ing ing ... (4096 bytes)": " ".join(["ing"] * 1024)[:4096],
-    "at at ... (4096 bytes)": " ".join(["at"] * 1366)[:4096],
-}
+# The worst searches found so far (issue 13), by family. Multi-word queries whose words are
+# found mostly inside longer words ("hello", "thing"): the words-only pass holds 20 hits below
+# 0.5 and cannot stop on the 0.5 bound alone. Long queries of one common term: every gram of
+# the phrase is common, the phrase itself is in no message. Many distinct common terms. A term
+# in almost every message with limit 1. Glued common terms that match nothing.
+WORST_CASES: list[tuple[str, str, int]] = [
+    ("lo lo", "lo lo", LIMIT),
+    ("ing ing", "ing ing", LIMIT),
+    ("ll ll", "ll ll", LIMIT),
+    ("er er er", "er er er", LIMIT),
+    ("tion tion", "tion tion", LIMIT),
+    ("ally ally", "ally ally", LIMIT),
+    ("ing ing ... (4096 bytes)", " ".join(["ing"] * 1024)[:4096], LIMIT),
+    ("at at ... (4096 bytes)", " ".join(["at"] * 1366)[:4096], LIMIT),
+    ("the the ... (4095 bytes)", " ".join(["the"] * 1024), LIMIT),
+    ("13 common words", "the you and to of it is that in what do for have", LIMIT),
+    ("what the you and", "what the you and", LIMIT),
+    ("e, limit 1", "e", 1),
+    ("the, limit 1", "the", 1),
+    ("thethe (no match)", "thethe", LIMIT),
+    ("ingthe atthe (no match)", "ingthe atthe", LIMIT),
+]
+INSIDE_WORDS = {label: q for label, q, _ in WORST_CASES[:8]}  # for the scan table
+# FTS5 is not timed on the 4 KB queries: once each on this machine, 1,024 AND-ed "ing" terms
+# took 443 s (MATCH) and the 4 KB `at at …` 35 s (LIKE, no row).
+_FTS_MAX_QUERY: Final = 256
 
 
-def inside_words(idx: SearchIndex, messages: dict[str, Message], repeat: int) -> None:
-    print("\nmulti-word queries found inside longer words (top 20): median, worst hit score")
-    for label, q in INSIDE_WORDS.items():
+def load_baseline(path: str) -> type[SearchIndex]:
+    """`SearchIndex` from another copy of search_index.py (e.g. `git show
+    OLD:convmem_engine/index/search_index.py > /tmp/old.py`), to time it on the same index
+    in the same run. Its index attributes must be the current ones (same layout)."""
+    import importlib.util
 
-        def search(q: str = q) -> int:
-            return len(idx.search(q, messages, limit=LIMIT))
+    spec = importlib.util.spec_from_file_location("baseline_search_index", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    cls: type[SearchIndex] = module.SearchIndex
+    return cls
 
-        times, _ = timed(search, repeat)
-        hits = idx.search(q, messages, limit=LIMIT)
-        print(f"  {label:28} {ms(statistics.median(times)):>10}  worst {hits[-1].score}")
+
+def cpu_timed(fn: Callable[[], int], repeat: int) -> tuple[list[float], list[float]]:
+    wall, cpu = [], []
+    for _ in range(repeat):
+        t0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        cpu.append(time.process_time() - c0)
+        wall.append(time.perf_counter() - t0)
+    return wall, cpu
+
+
+def worst_cases(
+    idx: SearchIndex,
+    messages: dict[str, Message],
+    db: sqlite3.Connection | None,
+    repeat: int,
+    md: bool,
+    baseline: type[SearchIndex] | None = None,
+) -> None:
+    """The worst queries: our median (wall and CPU), FTS5's, and with --baseline the other
+    implementation's CPU median on the same index (runs interleaved; results must be equal)."""
+    old: SearchIndex | None = None
+    if baseline is not None:
+        old = baseline.__new__(baseline)
+        old.__dict__ = idx.__dict__  # the same index data, searched by the other code
+    print(
+        f"\nworst cases ({repeat} runs each; load average {os.getloadavg()[0]:.1f}): "
+        "median wall / CPU, hits, worst hit score"
+    )
+    head = ["query", "limit", "ours wall", "ours CPU"]
+    if old is not None:
+        head += ["baseline CPU", "baseline/ours"]
+    if db is not None:
+        head += ["FTS5 wall", "ours/FTS5"]
+    head += ["hits", "worst"]
+    if md:
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+    for label, q, limit in WORST_CASES:
+
+        def search(q: str = q, limit: int = limit) -> int:
+            return len(idx.search(q, messages, limit=limit))
+
+        wall, cpu = cpu_timed(search, repeat)
+        hits = idx.search(q, messages, limit=limit)
+        cells = [label, str(limit), ms(statistics.median(wall)), ms(statistics.median(cpu))]
+        if old is not None:
+
+            def before(q: str = q, limit: int = limit, old: SearchIndex = old) -> int:
+                return len(old.search(q, messages, limit=limit))
+
+            old_hits = old.search(q, messages, limit=limit)
+            assert [(h.message_id, h.score) for h in old_hits] == [
+                (h.message_id, h.score) for h in hits
+            ], label
+            b_cpu: list[float] = []
+            n_cpu: list[float] = []
+            for _ in range(repeat):  # interleaved, so both see the same load
+                b_cpu += cpu_timed(before, 1)[1]
+                n_cpu += cpu_timed(search, 1)[1]
+            b_med, n_med = statistics.median(b_cpu), statistics.median(n_cpu)
+            cells[3] = ms(n_med)
+            cells += [ms(b_med), f"{b_med / n_med:.1f}"]
+        if db is not None and len(q) > _FTS_MAX_QUERY:
+            cells += ["(minutes)", "-"]
+        elif db is not None:
+            sql, args = fts_sql(q, None, limit)
+
+            def fts(sql: str = sql, args: tuple[str, ...] = args) -> int:
+                return len(db.execute(sql, args).fetchall())
+
+            f_wall, _ = timed(fts, repeat)
+            cells += [
+                ms(statistics.median(f_wall)),
+                f"{statistics.median(wall) / statistics.median(f_wall):.2f}",
+            ]
+        cells += [str(len(hits)), str(hits[-1].score) if hits else "-"]
+        print(("| " + " | ".join(cells) + " |") if md else "  ".join(c.ljust(12) for c in cells))
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 
 def scan_vs_index(idx: SearchIndex, messages: dict[str, Message], repeat: int, md: bool) -> None:
@@ -365,9 +469,20 @@ def main() -> None:
     ap.add_argument(
         "--only-new",
         action="store_true",
-        help="only the inside-words and scan-vs-index tables (skips FTS5 and the other tables)",
+        help="only the worst-case and scan-vs-index tables (skips FTS5 and the other tables)",
+    )
+    ap.add_argument(
+        "--worst-only",
+        action="store_true",
+        help="only the worst-case table, with FTS5 (builds both indexes, nothing else)",
+    )
+    ap.add_argument(
+        "--baseline",
+        metavar="PATH",
+        help="a search_index.py to time next to ours on the worst cases (same index layout)",
     )
     args = ap.parse_args()
+    baseline = load_baseline(args.baseline) if args.baseline else None
     md = args.markdown
 
     t0 = time.perf_counter()
@@ -380,7 +495,7 @@ def main() -> None:
     idx, ours_build, ours_cpu, ours_rss = build_ours(messages)
     if args.only_new:
         print(f"build: ours {ours_build:.1f} s; load average {os.getloadavg()[0]:.1f}")
-        inside_words(idx, messages, args.repeat)
+        worst_cases(idx, messages, None, args.repeat, md, baseline)
         scan_vs_index(idx, messages, max(1, args.repeat // 3), md)
         return
     db, _rowids, fts_build, fts_cpu, fts_rss = build_fts(messages)
@@ -390,6 +505,9 @@ def main() -> None:
         f"{ours_cpu / fts_cpu:.2f}; load average {os.getloadavg()[0]:.1f}"
     )
     print(f"build by add() of each message: {add_one_by_one(messages):.2f} s CPU")
+    if args.worst_only:
+        worst_cases(idx, messages, db, args.repeat, md, baseline)
+        return
     print(
         f"memory: ours RSS delta {ours_rss / 1e6:.0f} MB, "
         f"memory_bytes() {idx.memory_bytes() / 1e6:.0f} MB; "
@@ -432,7 +550,7 @@ def main() -> None:
         md,
     )
 
-    inside_words(idx, messages, args.repeat)
+    worst_cases(idx, messages, db, args.repeat, md, baseline)
     scan_vs_index(idx, messages, max(1, args.repeat // 3), md)
 
     maintenance(idx, messages)  # last: it renumbers 1,000 messages

@@ -72,6 +72,8 @@ _SINGLES_SIZED: Final = 8  # one-code-point words whose candidate unions are siz
 _BOUND_WORDS: Final = 64  # pass 2 learns the whole-word documents for at most this many words
 _SEPS_EXACT: Final = 64  # 1-code-point whole-word bound: exact 3-gram test up to this many
 _PRETEST_MAX: Final = 32  # whole-word pre-test by regex for needles up to this long
+_PRETEST_AFTER: Final = 256  # walked with a full heap of >= cap scores before the whole-word
+# pre-test runs (before that, most walks end early and the test would be extra work)
 _BLOCK: Final = 1 << _BLOCK_SHIFT
 _CONTAINER: Final = 1 << 16  # build(): documents per container (postings.py)
 _POLL: Final = 4096  # build(): messages between two polls of `cancelled`
@@ -360,10 +362,12 @@ def _overall(parts: tuple[float, float, float]) -> float:
     return round(max(c * CONTENT_WEIGHT, s * SUMMARY_WEIGHT, t * TAGS_WEIGHT), _ROUND)
 
 
-def _score(msg: Message, q: _Query) -> float | None:
-    """The overall score, or None when the message does not match."""
-    content = msg.content
-    folded = content.lower() if content.isascii() else content.translate(_FOLD)
+def _score(msg: Message, q: _Query, folded: str | None = None) -> float | None:
+    """The overall score, or None when the message does not match. `folded`: the folded
+    content, when the caller has it."""
+    if folded is None:
+        content = msg.content
+        folded = content.lower() if content.isascii() else content.translate(_FOLD)
     c = _match_level(q.phrase, folded)
     # The phrase as a whole word in the content is the best possible score.
     if c == WHOLE_WORD:
@@ -941,7 +945,10 @@ class SearchIndex:
             elif len(lanes) == 1:
                 stream = _filtered(cands, filters) if filters else reversed(cands)
             else:
-                stream = (d for d in _filtered(cands, filters) if imps[d] == level)
+                # Several levels: lazy, level first (a level's walk usually ends within its
+                # first hits, before a C intersection of the rest would pay).
+                stream = (d for d in reversed(cands) if imps[d] == level)
+                checks = [checker(p) for p in filters]
             last_block = -1
             for doc in stream:
                 if checks and not all(map(call, checks, repeat(doc))):
@@ -994,15 +1001,18 @@ class SearchIndex:
                 msg = get(mid)
                 if msg is None or (accept is not None and not accept(msg)):
                     continue
-                bounded = tests and len(heap) == limit and heap[0][0] >= cap
-                if record or bounded:
-                    # Cheap pre-tests in C before the full score. Pass 1 scores only the
-                    # documents that hold the phrase (the others score at most
-                    # WORDS_FACTOR and are pass-2 candidates). A document without the
-                    # whole-word match of `tests` (nor, in pass 2, the phrase) scores at
-                    # most `cap`: out when that cannot beat the worst kept hit.
+                bounded = walked >= _PRETEST_AFTER and len(heap) == limit and heap[0][0] >= cap
+                full = record and len(heap) == limit
+                folded: str | None = None
+                if full or bounded:
+                    # Cheap pre-tests in C before the full score. Once `limit` hits are
+                    # kept, pass 1 scores only the documents that hold the phrase (the
+                    # others score at most WORDS_FACTOR and are left to pass 2, which can
+                    # stop early on them). A document without the whole-word match of
+                    # `tests` (nor, in pass 2, the phrase) scores at most `cap`: out when
+                    # that cannot beat the worst kept hit.
                     text = _fields_text(msg)
-                    if record and q.phrase not in text:
+                    if full and q.phrase not in text:
                         continue
                     if (
                         bounded
@@ -1011,9 +1021,11 @@ class SearchIndex:
                         and (cap, msg.metadata.importance, msg.timestamp, mid) < heap[0]
                     ):
                         continue
+                    if len(text) == len(msg.content):
+                        folded = text  # no summary or tags: the folded content itself
                 if record:
                     seen.add(doc)  # type: ignore[union-attr]
-                score = _score(msg, q)
+                score = _score(msg, q, folded)
                 if score is None:
                     continue
                 key = (score, msg.metadata.importance, msg.timestamp, mid)
@@ -1088,7 +1100,7 @@ class SearchIndex:
                     continue
                 if seen is not None:
                     seen.add(doc)
-                score = _score(msg, q)
+                score = _score(msg, q, text if len(text) == len(msg.content) else None)
                 if score is None:
                     continue
                 key = (score, meta.importance, msg.timestamp, mid)
