@@ -173,8 +173,9 @@ class Postings:
         self.at = at
         self.data = data
         self.n = n
-        # Documents per container (a bitmap's is not its length; kept so that a write never
-        # has to count a bitmap's bits to know whether it changes kind).
+        # Documents per bitmap container (an array container's is its length; this entry is
+        # then not kept up to date): a write never has to count a bitmap's bits to know
+        # whether it changes kind.
         self.cards = array(
             "I",
             [
@@ -225,7 +226,8 @@ class Postings:
 
     def cardinality(self, h: int) -> int:
         """Documents in container `h`."""
-        return self.cards[h]
+        width = self.at[h + 1] - self.at[h]
+        return self.cards[h] if width == BITMAP else width
 
     def _lows(self, h: int) -> array[int]:
         """The low bits of container `h`'s documents, ascending (a copy)."""
@@ -306,6 +308,11 @@ class Postings:
             if width < DENSE - 1 and width != BITMAP and width != BITMAP - 1:
                 self.data.append(doc & _MASK)
                 at[-1] = e + 1
+                self.n += 1
+                return
+            if width == BITMAP and self.cards[-1] >= DENSE:  # a bitmap that stays one
+                low = doc & _MASK
+                self.data[at[-2] + (low >> 4)] |= 1 << (low & 15)
                 self.cards[-1] += 1
                 self.n += 1
                 return
@@ -328,7 +335,8 @@ class Postings:
             if data[w] & bit:
                 return False
             data[w] |= bit
-            if not _is_bitmap(self.cards[h] + 1):
+            self.cards[h] += 1
+            if not _is_bitmap(self.cards[h]):
                 self._rewrite(h, self._lows(h))
         else:
             i = bisect_left(data, low, s, e)
@@ -338,11 +346,11 @@ class Postings:
                 lows = data[s:e]
                 lows.insert(i - s, low)
                 self._rewrite(h, lows)
+                self.cards[h] = len(lows)
             else:
                 data.insert(i, low)
                 for j in range(h + 1, len(at)):
                     at[j] += 1
-        self.cards[h] += 1
         self.n += 1
         return True
 
@@ -362,7 +370,8 @@ class Postings:
             if not data[w] & bit:
                 return False
             data[w] &= ~bit & _MASK
-            if not _is_bitmap(self.cards[h] - 1):
+            self.cards[h] -= 1
+            if not _is_bitmap(self.cards[h]):
                 self._rewrite(h, self._lows(h))
         else:
             i = bisect_left(data, low, s, e)
@@ -372,11 +381,11 @@ class Postings:
                 lows = data[s:e]
                 del lows[i - s]
                 self._rewrite(h, lows)
+                self.cards[h] = len(lows)
             else:
                 del data[i]
                 for j in range(h + 1, len(at)):
                     at[j] -= 1
-        self.cards[h] -= 1
         self.n -= 1
         while len(at) > 1 and at[-1] == at[-2]:
             at.pop()
@@ -396,7 +405,7 @@ class Postings:
             if e < s or e - s >= DENSE:
                 return "container of a wrong size"
             card = _cardinality(data, s) if e - s == BITMAP else e - s
-            if len(self.cards) != len(at) - 1 or card != self.cards[h]:
+            if len(self.cards) != len(at) - 1 or (e - s == BITMAP and card != self.cards[h]):
                 return "container sizes not kept"
             if _is_bitmap(card) != (e - s == BITMAP):
                 return "container of the wrong kind for its size"

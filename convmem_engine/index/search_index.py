@@ -34,6 +34,8 @@ from typing import Final, TypeAlias
 from convmem_engine.domain.message import Message
 from convmem_engine.index.postings import (
     BIG,
+    BITMAP,
+    DENSE,
     PostingList,
     Postings,
     checker,
@@ -77,6 +79,7 @@ _PRETEST_AFTER: Final = 256  # walked with a full heap of >= cap scores before t
 _BLOCK: Final = 1 << _BLOCK_SHIFT
 _CONTAINER: Final = 1 << 16  # build(): documents per container (postings.py)
 _POLL: Final = 4096  # build(): messages between two polls of `cancelled`
+_ARRAY_GROWS: Final = BITMAP - 1  # add(): a container this much shorter stays an array
 _START: Final = "\x02"  # edge-gram markers: field start / field end
 _END: Final = "\x03"
 
@@ -553,6 +556,8 @@ class SearchIndex:
         self._raise_bounds(doc, msg)
         grams, singles = _grams(msg)
         post = self._post
+        high = doc >> 16
+        low = doc & 0xFFFF
         # Document numbers only grow, so appending keeps every posting list sorted.
         for g in grams:
             p = post.get(g)
@@ -561,7 +566,23 @@ class SearchIndex:
                 if len(g) == 2:
                     self._register_bigram(g)
             elif isinstance(p, Postings):
-                p.append(doc)
+                # Postings.append's common case inlined (this loop runs for every gram of
+                # every message written): the last container is an array that stays one.
+                at = p.at
+                end = at[-1]
+                width = end - at[-2]
+                if len(at) - 2 != high:
+                    p.append(doc)
+                elif width < _ARRAY_GROWS:
+                    p.data.append(low)
+                    at[-1] = end + 1
+                    p.n += 1
+                elif width == BITMAP and p.cards[-1] >= DENSE:  # a bitmap that stays one
+                    p.data[at[-2] + (low >> 4)] |= 1 << (low & 15)
+                    p.cards[-1] += 1
+                    p.n += 1
+                else:
+                    p.append(doc)
             else:
                 p.append(doc)
                 if len(p) >= BIG:
