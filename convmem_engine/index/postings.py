@@ -49,7 +49,7 @@ __all__ = [
 
 BIG: Final = 1024
 """A plain list that reaches this many documents becomes a `Postings` (below it the per-list
-overhead of three objects outweighs the 2 bytes saved per document)."""
+overhead of four objects outweighs the 2 bytes saved per document)."""
 BITMAP: Final = 4096
 """Words of a bitmap container (65,536 bits); no array container is this long."""
 DENSE: Final = 16384
