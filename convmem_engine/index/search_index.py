@@ -947,6 +947,10 @@ class SearchIndex:
             cap = _partial_words_bound(len(q.words))
         adapt = cap > 0.0
         tests = self._whole_tests(q, max_score) if adapt else []
+        # Pass 1 over many candidates tests the phrase on every one (most lack it: a periodic
+        # phrase); over a few, only once `limit` hits are kept (pass 2 would read the others
+        # again).
+        screen = record and (cands is None or len(cands) > _EAGER_MAX)
         whole: set[int] | None = None
         walked = 0
         levels = sorted(lanes, reverse=True)
@@ -1023,11 +1027,11 @@ class SearchIndex:
                 if msg is None or (accept is not None and not accept(msg)):
                     continue
                 bounded = walked >= _PRETEST_AFTER and len(heap) == limit and heap[0][0] >= cap
-                full = record and len(heap) == limit
+                full = record and (screen or len(heap) == limit)
                 folded: str | None = None
                 if full or bounded:
-                    # Cheap pre-tests in C before the full score. Once `limit` hits are
-                    # kept, pass 1 scores only the documents that hold the phrase (the
+                    # Cheap pre-tests in C before the full score. Pass 1 (see `screen`)
+                    # scores only the documents that hold the phrase (the
                     # others score at most WORDS_FACTOR and are left to pass 2, which can
                     # stop early on them). A document without the whole-word match of
                     # `tests` (nor, in pass 2, the phrase) scores at most `cap`: out when
