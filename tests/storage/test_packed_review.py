@@ -1,0 +1,194 @@
+"""Review of the packed in-memory table and the binary snapshot rows (issue 13), against a
+plain model: messages with every field at its edges (int64 timestamps and beyond, updated_at
+apart from timestamp, revisions past uint32, roles outside ROLES, non-ASCII ids and sessions,
+empty content, metadata with every part set) go through puts, updates, deletes, clean closes
+(CMSNAP4 written), crashes, compactions and an older store's JSON-rows snapshot (CMSNAP3), and
+come back exactly, with the store's self-check (log, snapshot, memory counts) clean."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
+from storage_helpers import json_rows_snapshot
+
+from convmem_engine.domain import DEFAULT_METADATA, Message, Metadata, Relation
+from convmem_engine.domain.message import MEMORY_KINDS, MEMORY_TIERS, RELATION_TYPES, ROLES
+from convmem_engine.storage import Store
+from convmem_engine.storage import snapshot as snap
+from convmem_engine.storage.packed import MessageTable
+
+I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
+text = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=12)
+edge_ints = st.sampled_from([I64_MIN, I64_MAX, 0, -1, I64_MAX + 1, I64_MIN - 1, 1 << 64])
+times = st.one_of(st.integers(I64_MIN, I64_MAX), edge_ints)
+revisions = st.one_of(
+    st.integers(0, (1 << 32) - 1), st.sampled_from([0, (1 << 32) - 1, 1 << 32, -1, 1 << 70])
+)
+sessions = st.one_of(st.sampled_from(["s", "セッション", "s\n2", "\x00", ""]), text)
+metadata = st.one_of(
+    st.just(DEFAULT_METADATA),
+    st.just(Metadata()),  # equal to the default, another object
+    st.builds(
+        Metadata,
+        tool_call_id=st.one_of(st.none(), text),
+        tags=st.lists(text, max_size=3).map(tuple),
+        memory_tier=st.one_of(st.sampled_from(MEMORY_TIERS), text),
+        memory_kind=st.one_of(st.sampled_from(MEMORY_KINDS), text),
+        importance=st.one_of(st.integers(0, 100), edge_ints),
+        summary=st.one_of(st.none(), text),
+        relations=st.lists(
+            st.builds(Relation, st.sampled_from(RELATION_TYPES), text), max_size=2
+        ).map(tuple),
+        source_message_ids=st.lists(text, max_size=2).map(tuple),
+    ),
+)
+
+
+@st.composite
+def fields(draw: st.DrawFn) -> tuple[str, int, str, str, int, int, Metadata]:
+    ts = draw(times)
+    upd = draw(st.one_of(st.just(ts), times))
+    role = draw(st.sampled_from((*ROLES, "tool", "")))
+    return (
+        draw(sessions),
+        ts,
+        role,
+        draw(st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=40)),
+        draw(revisions),
+        upd,
+        draw(metadata),
+    )
+
+
+class PackedStoreMachine(RuleBasedStateMachine):
+    ids = Bundle("ids")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="review-packed-"))
+        self.store = Store.open(self.dir)
+        self.model: dict[str, Message] = {}
+        self.n = 0
+
+    def teardown(self) -> None:
+        try:
+            assert self.store.check() == []
+            self.store.close()
+            with Store.open(self.dir) as s:  # the last snapshot, read back
+                assert list(s.messages.items()) == list(self.model.items())
+                assert s.check() == []
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    @rule(target=ids, prefix=text, f=fields())
+    def put(self, prefix: str, f: tuple[str, int, str, str, int, int, Metadata]) -> str:
+        self.n += 1
+        mid = f"{prefix}#{self.n}"
+        sid, ts, role, content, rev, upd, md = f
+        m = Message(mid, sid, ts, role, content, rev, upd, md)
+        self.store.put(m)
+        self.model[mid] = m
+        return mid
+
+    @rule(mid=ids, f=fields())
+    def update(self, mid: str, f: tuple[str, int, str, str, int, int, Metadata]) -> None:
+        if mid not in self.model:
+            return
+        sid, ts, role, content, rev, upd, md = f
+        m = Message(mid, sid, ts, role, content, rev, upd, md)
+        self.store.update(m)
+        self.model[mid] = m
+
+    @rule(mid=consumes(ids))
+    def delete(self, mid: str) -> None:
+        if mid in self.model:
+            self.store.delete(mid)
+            del self.model[mid]
+
+    @rule()
+    def close_and_reopen(self) -> None:
+        self.store.close()
+        # binary, unless the last snapshot was an old JSON-rows one and the log did not move
+        assert (self.dir / "snapshot.bin").read_bytes()[:8] in (snap.MAGIC, b"CMSNAP3\n")
+        self.store = Store.open(self.dir)
+        assert self.store.stats().snapshot_valid
+        assert self.store.take_open_changes() == {}  # loaded from the snapshot
+
+    @rule()
+    def crash_and_reopen(self) -> None:
+        self.store._abandon()
+        self.store = Store.open(self.dir)
+
+    @rule()
+    def compact(self) -> None:
+        assert self.store.compact().messages == len(self.model)
+
+    @rule()
+    def reopen_from_a_json_rows_snapshot(self) -> None:
+        """As a store last closed by the JSON-rows code (CMSNAP3), of the same state."""
+        self.store.close()
+        path = self.dir / "snapshot.bin"
+        path.write_bytes(json_rows_snapshot(path.read_bytes(), list(self.model.values())))
+        self.store = Store.open(self.dir)
+        assert self.store.stats().snapshot_valid
+        assert self.store.take_open_changes() == {}
+
+    @invariant()
+    def same_as_model(self) -> None:
+        assert list(self.store.messages.items()) == list(self.model.items())
+        assert [self.store.get(k) for k in self.model] == list(self.model.values())
+        assert list(self.store.messages.frozen()) == list(self.model.values())
+        memory = self.store.stats().memory
+        assert memory.entries == len(self.model)
+        assert memory == self.store._messages.memory()
+        # the counts kept by every change equal a fresh count
+        fresh = MessageTable.recount(self.store._messages)
+        assert (memory.entry_bytes, memory.body_bytes, memory.metadata_bytes) == (
+            fresh.entry_bytes,
+            fresh.body_bytes,
+            fresh.metadata_bytes,
+        )
+
+    @invariant()
+    def self_check(self) -> None:
+        assert self.store.check() == []
+
+
+PackedStoreMachine.TestCase.settings = settings(
+    max_examples=15,
+    stateful_step_count=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+test_packed_store_against_a_model = PackedStoreMachine.TestCase
+
+
+class LongPackedStoreMachine(PackedStoreMachine):
+    """The same, many more and longer runs (slow suite)."""
+
+
+LongPackedStoreMachine.TestCase.settings = settings(
+    max_examples=300,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+test_many_packed_store_runs = pytest.mark.slow(LongPackedStoreMachine.TestCase)
+
+
+@given(f=fields(), mid=text)
+@settings(max_examples=300, deadline=None)
+def test_pack_unpack_is_exact(f: tuple[str, int, str, str, int, int, Metadata], mid: str) -> None:
+    sid, ts, role, content, rev, upd, md = f
+    m = Message(mid, sid, ts, role, content, rev, upd, md)
+    table = MessageTable()
+    table.set(m)
+    back = table.get(mid)
+    assert back == m
+    assert back is not None and type(back.timestamp) is int and type(back.updated_at) is int
