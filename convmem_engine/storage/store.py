@@ -776,6 +776,8 @@ class Store:
         new = _LogState(generation=_new_generation(self._log.generation))
         log_tmp = self._log_path + TMP_SUFFIX
         snap_tmp = self._snap_path + TMP_SUFFIX
+        # as compaction: deleted messages' session ids go with them (the snapshot writes the table)
+        self._messages.prune_sessions()
         try:
             self._write_compacted_log(log_tmp, new)
             snap_tmp, snap_size = self._write_snapshot_tmp(new)

@@ -20,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp_helpers import child_env, serve_args
 from raw_serve import RawServe
 
@@ -161,3 +162,83 @@ def test_the_same_id_twice_in_flight_and_a_string_twin(tmp_path: Path) -> None:
         if "result" in a and not a["result"].get("isError"):
             assert written_id(a) in contents
     assert set(contents.values()) <= {"first", "second", "twin"}
+
+
+# ---- the fast path and the SDK, byte for byte, on lines no SDK client writes ----------------
+
+SESSIONS = b'{"name":"read_messages","arguments":{"view":"sessions"}}'
+
+
+def raw(request_id: bytes, params: bytes = SESSIONS, method: bytes = b"tools/call") -> bytes:
+    """A tools/call line as it is written, byte for byte."""
+    head = b'{"jsonrpc":"2.0","id":' + request_id + b',"method":"' + method + b'"'
+    return head + b',"params":' + params + b"}"
+
+
+def read_with(arguments: bytes, extra: bytes = b"") -> bytes:
+    return b'{"name":"read_messages","arguments":' + arguments + extra + b"}"
+
+
+def write_with(session: bytes, content: bytes) -> bytes:
+    arguments = b'{"session_id":"' + session + b'","role":"user","content":"' + content + b'"}'
+    return b'{"name":"write_message","arguments":' + arguments + b"}"
+
+
+RAW_CALLS = [
+    # ids at and past the 64-bit edges, and odd spellings of numbers
+    raw(b"9223372036854775807"),
+    raw(b"9223372036854775808"),
+    raw(b"18446744073709551616"),
+    raw(b"-9223372036854775809"),
+    raw(b"-0"),
+    raw(b"1E2"),
+    raw(b"10.0"),
+    # string ids: empty, non-ASCII, escapes, a lone surrogate
+    raw(b'""'),
+    raw('"é✓"'.encode()),
+    raw(b'"a\\"b\\u00e9"'),
+    raw(b'"\\ud800"'),
+    # spacing and key order, escapes in the method and the tool name, duplicate keys
+    b'{ "params" : { "arguments" : { "view" : "sessions" } , "name" : "read_messages" } ,'
+    b' "method" : "tools/call" , "id" : 101 , "jsonrpc" : "2.0" }',
+    raw(b"102", method=b"tools\\/call"),
+    raw(b"103", b'{"name":"read\\u005fmessages","arguments":{"view":"sessions"}}'),
+    raw(b'104,"id":105'),
+    raw(b"106", b'{"name":"no_such_tool","name":"read_messages","arguments":{"view":"sessions"}}'),
+    raw(b"107", read_with(b'{"view":"x","view":"sessions"}')),
+    # arguments null, absent, not an object; a lone surrogate and NULs in arguments
+    raw(b"108", read_with(b"null")),
+    raw(b"109", b'{"name":"get_system_health"}'),
+    raw(b"110", read_with(b'"view"')),
+    raw(b"111", write_with(b"s", b"a\\ud800b")),
+    raw(b"112", write_with(b"s\\u0000", b"nul \\u0000 in it")),
+    # progress tokens, _meta and task requests of odd kinds
+    raw(
+        b"113",
+        read_with(b'{"view":"sessions"}', b',"_meta":{"progressToken":18446744073709551616}'),
+    ),
+    raw(b"114", read_with(b'{"view":"sessions"}', b',"_meta":null')),
+    raw(b"115", read_with(b'{"view":"sessions"}', b',"task":{"ttl":1000}')),
+    # a huge integer and a deep nesting inside the arguments
+    raw(b"116", read_with(b'{"view":"history","session_id":"s","limit":100000000000000000000000}')),
+    raw(b"117", read_with(b'{"view":' + b"[" * 3000 + b"]" * 3000 + b"}")),
+]
+
+
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+def test_odd_lines_get_the_same_bytes_from_the_fast_path_and_the_sdk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, era: str
+) -> None:
+    from test_fast_call import MODERN, fixed, legacy_script, modern_script, transcript
+
+    if era == "legacy":  # the handshake of the legacy script, then each odd line alone
+        script = [*legacy_script()[1:4], *(fixed(raw + b"\n") for raw in RAW_CALLS)]
+    else:  # discover, then each line with the envelope as the first key of its params
+        envelope = b'"params":{"_meta":' + json.dumps(MODERN).encode() + b","
+        lines = [raw.replace(b'"params":{', envelope, 1) for raw in RAW_CALLS]
+        script = [*modern_script()[:2], *(fixed(raw + b"\n") for raw in lines)]
+    sdk = transcript(tmp_path, "sdk", script, False, monkeypatch)
+    fast = transcript(tmp_path, "fast", script, True, monkeypatch)
+    assert len(fast) == len(sdk)
+    for ours, theirs in zip(fast, sdk, strict=True):
+        assert ours == theirs

@@ -192,3 +192,50 @@ def test_pack_unpack_is_exact(f: tuple[str, int, str, str, int, int, Metadata], 
     back = table.get(mid)
     assert back == m
     assert back is not None and type(back.timestamp) is int and type(back.updated_at) is int
+
+
+def test_an_upgrade_drops_deleted_messages_session_ids(tmp_path: Path) -> None:
+    """A format 2 store whose log deletes the only message of a session: after the upgrade
+    (a compaction in all but name) that session id is in no file, as after a compaction."""
+    import json
+    import os
+
+    from storage_helpers import dir_bytes
+
+    from convmem_engine.storage.record import DEL, HEADER, HEADER_SIZE, PUT, encode_record
+
+    d = tmp_path / "store"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "store-v2", d)
+    (d / "expected.json").unlink()
+    os.chmod(d, 0o700)
+    log = (d / "active.log").read_bytes()
+    pos = seq = 0
+    while pos < len(log):
+        seq = HEADER.unpack_from(log, pos)[5]
+        pos += HEADER_SIZE + HEADER.unpack_from(log, pos)[4]
+    mid = "01J00000000000000000000099"
+    secret = "session-of-a-deleted-message"
+    row = {
+        "message_id": mid,
+        "session_id": secret,
+        "timestamp": 1720843200099,
+        "role": "user",
+        "content": "gone",
+        "revision": 1,
+        "updated_at": 1720843200099,
+        "metadata": {
+            "tags": [],
+            "memory_tier": "short",
+            "memory_kind": "conversation",
+            "importance": 50,
+            "relations": [],
+            "source_message_ids": [],
+        },
+    }
+    tail = encode_record(PUT, seq + 1, json.dumps(row).encode(), version=2)
+    tail += encode_record(DEL, seq + 2, mid.encode(), version=2)
+    (d / "active.log").write_bytes(log + tail)
+    with Store.open(d) as s:
+        assert mid not in s.messages and len(s.messages) == 5
+        assert s.check() == []
+    assert secret.encode() not in dir_bytes(d)
