@@ -239,3 +239,55 @@ def test_an_upgrade_drops_deleted_messages_session_ids(tmp_path: Path) -> None:
         assert mid not in s.messages and len(s.messages) == 5
         assert s.check() == []
     assert secret.encode() not in dir_bytes(d)
+
+
+@pytest.mark.parametrize("layout", ["binary", "json-rows"])
+@pytest.mark.parametrize("every", [pytest.param(1, marks=pytest.mark.slow), 17])
+def test_every_bit_flip_and_cut_of_a_snapshot_falls_back_to_the_log(
+    tmp_path: Path, every: int, layout: str
+) -> None:
+    """Exhaustively (the slow suite; by default every 17th case), for a small CMSNAP4
+    snapshot and for the same state as an older store's JSON-rows CMSNAP3: a bit flipped (the
+    lowest or the highest) at each byte, and the file cut at each length, is never used (the
+    log is replayed, snapshot_valid false) and the state is exactly the log's; the close then
+    writes a good binary snapshot again."""
+    from storage_helpers import RICH_METADATA, make_message
+
+    base = tmp_path / "base"
+    with Store.open(base) as s:
+        msgs = [
+            make_message("plain", session="a"),
+            make_message("ünï ☃", session="b", metadata=RICH_METADATA),
+            Message("01JX", "a", 5, "tool", "kept whole", 1, 5, DEFAULT_METADATA),
+        ]
+        for m in msgs:
+            s.put(m)
+        s.update(Message(msgs[0].message_id, "a", msgs[0].timestamp, "user", "new", 2, 9))
+        state = list(s.messages.items())
+    good = (base / "snapshot.bin").read_bytes()
+    assert good.startswith(snap.MAGIC)
+    if layout != "binary":
+        good = json_rows_snapshot(good, [m for _, m in state])
+        (base / "snapshot.bin").write_bytes(good)
+        with Store.open(base) as s:  # the unaltered one is used
+            assert s.take_open_changes() == {} and list(s.messages.items()) == state
+    log = (base / "active.log").read_bytes()
+    variants = [good[:n] for n in range(len(good))]
+    variants += [
+        good[:i] + bytes([good[i] ^ (1 << bit)]) + good[i + 1 :]
+        for i in range(len(good))
+        for bit in (0, 7)
+    ]
+    d = tmp_path / "d"
+    for bad in variants[::every]:
+        d.mkdir(mode=0o700)
+        (d / "active.log").write_bytes(log)
+        (d / "snapshot.bin").write_bytes(bad)
+        with Store.open(d) as s:
+            assert list(s.messages.items()) == state
+            assert s.stats().snapshot_valid is False
+        assert (d / "snapshot.bin").read_bytes()[:8] == snap.MAGIC
+        with Store.open(d) as s:
+            assert s.stats().snapshot_valid is True and s.take_open_changes() == {}
+            assert list(s.messages.items()) == state
+        shutil.rmtree(d)
