@@ -30,7 +30,9 @@ times = st.one_of(st.integers(I64_MIN, I64_MAX), edge_ints)
 revisions = st.one_of(
     st.integers(0, (1 << 32) - 1), st.sampled_from([0, (1 << 32) - 1, 1 << 32, -1, 1 << 70])
 )
-sessions = st.one_of(st.sampled_from(["s", "セッション", "s\n2", "\x00", ""]), text)
+# Not "": the tools refuse an empty session id, and the table uses "" for a session number a
+# compaction freed (see test_an_empty_session_id_keeps_the_memory_counts_right below).
+sessions = st.one_of(st.sampled_from(["s", "セッション", "s\n2", "\x00"]), text.filter(bool))
 metadata = st.one_of(
     st.just(DEFAULT_METADATA),
     st.just(Metadata()),  # equal to the default, another object
@@ -291,3 +293,19 @@ def test_every_bit_flip_and_cut_of_a_snapshot_falls_back_to_the_log(
             assert s.stats().snapshot_valid is True and s.take_open_changes() == {}
             assert list(s.messages.items()) == state
         shutil.rmtree(d)
+
+
+@pytest.mark.xfail(
+    reason="packed.py counts an empty session id's bytes when it is numbered, recount() and "
+    "load_binary() skip it as a freed number's placeholder (reported to storemem)",
+    strict=False,
+)
+def test_an_empty_session_id_keeps_the_memory_counts_right(tmp_path: Path) -> None:
+    """The store itself accepts a session id "" (the tools do not)."""
+    with Store.open(tmp_path) as s:
+        s.put(Message("a", "", 1, "user", "x", 1, 1))
+        assert s.check() == []
+    with Store.open(tmp_path) as s:
+        s.put(Message("b", "", 2, "user", "y", 1, 2))
+        assert s.check() == []
+        assert [m.session_id for m in s.messages.values()] == ["", ""]
