@@ -141,7 +141,8 @@ class MessageTable:
             session_id = sys.intern(session_id)
             self._sessions.append(session_id)
             self._session_numbers[session_id] = n
-            self._session_bytes += sys.getsizeof(session_id)
+            if session_id:  # "" is also a pruned number's placeholder: never counted
+                self._session_bytes += sys.getsizeof(session_id)
         return n
 
     def pack(self, msg: Message) -> bytes | Message:

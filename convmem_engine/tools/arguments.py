@@ -9,15 +9,16 @@ bytes, what a JSON string says) and the tool's rule across parameters run after 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
-
-import jsonschema
-from jsonschema.exceptions import ValidationError as SchemaError
+from typing import TYPE_CHECKING, Any, Final
 
 from convmem_engine.domain.errors import ValidationError
 from convmem_engine.domain.validation import ULID_RULE
+
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError as SchemaError
 
 MAX_REPORTED_ERRORS: Final = 5
 
@@ -29,10 +30,15 @@ def _is_integer(_checker: object, instance: object) -> bool:
     return isinstance(instance, int) and not isinstance(instance, bool)
 
 
-_TYPE_CHECKER = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer)
-_Validator = jsonschema.validators.extend(
-    jsonschema.Draft202012Validator, type_checker=_TYPE_CHECKER
-)
+@functools.cache
+def _validator_class() -> Any:
+    # jsonschema is imported on first use: calls that plainly pass never need it
+    # (tools.registry.validate_arguments), and it was ~55 ms of every cold start.
+    import jsonschema
+
+    checker = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer)
+    return jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=checker)
+
 
 _TYPE_WORDS: Final = {
     "string": "a string",
@@ -47,8 +53,9 @@ _TYPE_WORDS: Final = {
 
 def schema_validator(schema: dict[str, Any]) -> Any:
     """A validator for one tool's input schema (checked to be a valid JSON Schema first)."""
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return _Validator(schema)
+    cls = _validator_class()
+    cls.check_schema(schema)
+    return cls(schema)
 
 
 def _field(error: SchemaError) -> str:

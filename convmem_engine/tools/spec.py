@@ -16,6 +16,7 @@ argument) are the tool's `rule`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Literal, TypeVar
@@ -238,8 +239,6 @@ class ToolSpec(Generic[C]):
     result_style: ResultStyle = "json"
     rule: Rule | None = None
     input_schema: dict[str, Any] = field(init=False, repr=False, compare=False)
-    validator: Any = field(init=False, repr=False, compare=False)
-    """The JSON Schema validator of `input_schema` (see `tools.arguments`)."""
     param_names: frozenset[str] = field(init=False, repr=False, compare=False)
     required_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
@@ -259,7 +258,13 @@ class ToolSpec(Generic[C]):
         object.__setattr__(self, "input_schema", schema)
         object.__setattr__(self, "param_names", frozenset(names))
         object.__setattr__(self, "required_names", tuple(required))
-        object.__setattr__(self, "validator", schema_validator(schema))
+
+    @functools.cached_property
+    def validator(self) -> Any:
+        """The JSON Schema validator of `input_schema` (see `tools.arguments`), made (and the
+        schema checked) on first use: the first call that does not plainly pass. Every
+        registered tool's schema is checked in tests/tools/test_arguments_fast.py."""
+        return schema_validator(self.input_schema)
 
     @property
     def read_only(self) -> bool:

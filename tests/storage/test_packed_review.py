@@ -295,11 +295,6 @@ def test_every_bit_flip_and_cut_of_a_snapshot_falls_back_to_the_log(
         shutil.rmtree(d)
 
 
-@pytest.mark.xfail(
-    reason="packed.py counts an empty session id's bytes when it is numbered, recount() and "
-    "load_binary() skip it as a freed number's placeholder (reported to storemem)",
-    strict=False,
-)
 def test_an_empty_session_id_keeps_the_memory_counts_right(tmp_path: Path) -> None:
     """The store itself accepts a session id "" (the tools do not)."""
     with Store.open(tmp_path) as s:

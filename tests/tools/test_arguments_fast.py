@@ -201,3 +201,15 @@ def test_a_plain_valid_call_skips_the_schema_walk(monkeypatch: pytest.MonkeyPatc
     with pytest.raises(ValidationError):
         validate_arguments(spec, {**args, "role": "nobody"})
     assert len(walked) == 1  # an error takes the schema's path, for its messages
+
+
+def test_every_registered_tool_schema_is_a_valid_json_schema() -> None:
+    """The validators are made on first use (jsonschema loads lazily), so a broken schema would
+    otherwise surface only at the first refused call."""
+    from jsonschema import Draft202012Validator
+
+    from convmem_engine.agent.tools import AGENT_RUN, AGENT_STATUS
+
+    for spec in (*SPECS, AGENT_RUN, AGENT_STATUS):
+        Draft202012Validator.check_schema(spec.input_schema)
+        assert spec.validator is spec.validator  # made once
