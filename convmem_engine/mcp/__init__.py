@@ -11,8 +11,9 @@ is loaded (convmem_engine/runtime/front.py).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from convmem_engine.domain.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from convmem_engine.mcp.line_transport import MAX_LINE_BYTES, serve_chunks, serve_lines
@@ -35,10 +36,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _WHERE)

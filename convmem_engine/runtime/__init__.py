@@ -16,8 +16,9 @@ handshake (`front.py`) before the SDK and the store's modules are imported.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from convmem_engine.domain.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from convmem_engine.runtime.clients import ClientHandle, ClientInfo, ClientRegistry
@@ -67,10 +68,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _WHERE)

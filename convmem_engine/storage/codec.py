@@ -141,8 +141,9 @@ def metadata_from_row(row: Any) -> Metadata:
     return DEFAULT_METADATA if md == DEFAULT_METADATA else md
 
 
-def message_from_row(row: Any) -> Message:
-    """A Message from its stored row; TypeError/ValueError when the row is not one."""
+def row_fields(row: Any) -> tuple[str, str, int, str, str, int, int, Any]:
+    """A stored message row's eight fields, every scalar's type checked (the metadata row is
+    read by `metadata_from_row`); TypeError/ValueError when the row is not one."""
     if type(row) is not list:
         raise TypeError("a message row must be an array")
     mid, sid, ts, role, content, rev, upd, md = row
@@ -156,6 +157,12 @@ def message_from_row(row: Any) -> Message:
         and type(upd) is int
     ):
         raise TypeError("message field has the wrong type")
+    return mid, sid, ts, role, content, rev, upd, md
+
+
+def message_from_row(row: Any) -> Message:
+    """A Message from its stored row; TypeError/ValueError when the row is not one."""
+    mid, sid, ts, role, content, rev, upd, md = row_fields(row)
     m: Message = object.__new__(Message)
     _S0(m, mid)
     _S1(m, sys.intern(sid))

@@ -31,9 +31,11 @@ from convmem_engine.domain.message import DEFAULT_METADATA, ROLES, Message, Meta
 from convmem_engine.storage.codec import (
     MESSAGE_SETTERS,
     loads,
+    message_from_row,
     message_row,
     metadata_from_row,
     metadata_row,
+    row_fields,
 )
 
 HEAD: Final = struct.Struct("<qIBBI")
@@ -366,19 +368,7 @@ class MessageTable:
         codes = _ROLE_CODES
         pack = HEAD.pack
         for row in rows:
-            if type(row) is not list:
-                raise TypeError("a message row must be an array")
-            mid, sid, ts, role, content, rev, upd, md = row
-            if not (
-                type(mid) is str
-                and type(sid) is str
-                and type(ts) is int
-                and type(role) is str
-                and type(content) is str
-                and type(rev) is int
-                and type(upd) is int
-            ):
-                raise TypeError("message field has the wrong type")
+            mid, sid, ts, role, content, rev, upd, md = row_fields(row)
             code = codes.get(role)
             if (
                 md == 0
@@ -398,16 +388,7 @@ class MessageTable:
                     continue
                 except UnicodeEncodeError:
                     pass
-            m: Message = _new(Message)
-            _S0(m, mid)
-            _S1(m, sys.intern(sid))
-            _S2(m, ts)
-            _S3(m, sys.intern(role))
-            _S4(m, content)
-            _S5(m, rev)
-            _S6(m, ts if upd == ts else upd)
-            _S7(m, DEFAULT_METADATA if md == 0 and type(md) is int else metadata_from_row(md))
-            values[mid] = self.pack(m)
+            values[mid] = self.pack(message_from_row(row))
 
     # -- the snapshot's binary rows (docs/storage-format.md, "Snapshot file") -----------------
 
