@@ -131,7 +131,10 @@ def _wrong_type(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
     if kind != "integer":
         others.append(st.integers(min_value=-(2**70), max_value=2**70))
     else:
-        others += [st.booleans(), st.floats(allow_nan=False).filter(lambda f: f != int(f))]
+        others += [
+            st.booleans(),
+            st.floats(allow_nan=False, allow_infinity=False).filter(lambda f: f != int(f)),
+        ]
         others.append(st.integers(min_value=1, max_value=10).map(float))  # 3.0: not an integer
     if kind != "boolean":
         others.append(st.booleans())
