@@ -187,9 +187,9 @@ def read_body(fs: FileSystem, fd: int, meta: SnapshotMeta) -> MessageTable:
     return out
 
 
-def _check_body_crc(fs: FileSystem, fd: int, meta: SnapshotMeta) -> None:
-    """A first pass over the body: its CRC must match before anything is decoded (damaged
-    bytes could otherwise reach the JSON decoder: Infinity, deep nesting, huge numbers)."""
+def _body_chunks(fs: FileSystem, fd: int, meta: SnapshotMeta) -> Iterator[bytes]:
+    """The body in 4 MiB pieces; SnapshotError when it ends early or, once read, when its
+    CRC does not match."""
     fs.seek(fd, len(MAGIC))
     remaining = meta.body_length
     crc = 0
@@ -199,22 +199,22 @@ def _check_body_crc(fs: FileSystem, fd: int, meta: SnapshotMeta) -> None:
             raise SnapshotError("unexpected end of body")
         remaining -= len(chunk)
         crc = zlib.crc32(chunk, crc)
+        yield chunk
     if crc != meta.body_crc32:
         raise SnapshotError("body CRC mismatch")
 
 
+def _check_body_crc(fs: FileSystem, fd: int, meta: SnapshotMeta) -> None:
+    """A first pass over the body: its CRC must match before anything is decoded (damaged
+    bytes could otherwise reach the JSON decoder: Infinity, deep nesting, huge numbers)."""
+    for _ in _body_chunks(fs, fd, meta):
+        pass
+
+
 def _read_rows(fs: FileSystem, fd: int, meta: SnapshotMeta, out: MessageTable) -> None:
-    fs.seek(fd, len(MAGIC))
-    remaining = meta.body_length
-    crc = 0
     tail = b""
     load_rows = out.load_rows
-    while remaining > 0:
-        chunk = fs.read(fd, min(_CHUNK * 4, remaining))
-        if not chunk:
-            raise SnapshotError("unexpected end of body")
-        remaining -= len(chunk)
-        crc = zlib.crc32(chunk, crc)
+    for chunk in _body_chunks(fs, fd, meta):
         data = tail + chunk if tail else chunk
         last_nl = data.rfind(b"\n")
         if last_nl < 0:
@@ -223,26 +223,18 @@ def _read_rows(fs: FileSystem, fd: int, meta: SnapshotMeta, out: MessageTable) -
         tail = data[last_nl + 1 :]
         for line in data[:last_nl].split(b"\n"):
             load_rows(loads(line.decode("utf-8")))
-    if tail or crc != meta.body_crc32:
+    if tail:
         raise SnapshotError("body CRC mismatch")
 
 
 def _read_binary_rows(fs: FileSystem, fd: int, meta: SnapshotMeta, out: MessageTable) -> None:
     """The CMSNAP4 body, read in 4 MiB pieces; a row cut by a piece's end is completed
     from the next (a row longer than a piece makes the buffer grow to hold it)."""
-    fs.seek(fd, len(MAGIC))
-    remaining = meta.body_length
-    crc = 0
     rest = b""
     load = out.load_binary
-    while remaining > 0:
-        chunk = fs.read(fd, min(_CHUNK * 4, remaining))
-        if not chunk:
-            raise SnapshotError("unexpected end of body")
-        remaining -= len(chunk)
-        crc = zlib.crc32(chunk, crc)
+    for chunk in _body_chunks(fs, fd, meta):
         buf = rest + chunk if rest else chunk
         used = load(buf, 0)
         rest = buf[used:]
-    if rest or crc != meta.body_crc32:
+    if rest:
         raise SnapshotError("body CRC mismatch or a row cut short")
