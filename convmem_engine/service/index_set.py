@@ -152,13 +152,18 @@ class IndexSet:
         saved: Callable[[], SearchIndex | None] | None = None,
     ) -> None:
         """Background thread: load (`saved`) or index the messages live at open, then (holding
-        the write lock) the changes queued since, and declare the index ready."""
+        the write lock) the changes queued since, and declare the index ready.
+
+        `stop` (at close) cuts an index build short: that index is incomplete, so it is marked
+        failed (`_search_error`), never searched and never kept on disk (`persistable`). An
+        index that is complete (loaded, or built before the stop) gets the queued changes even
+        after a stop: they are few, and only with them is it the index of the store's state."""
         error = ""
         loaded: SearchIndex | None = None
         try:
             loaded = saved() if saved is not None else None
-            if loaded is None:
-                index.build(messages, cancelled=lambda: self._search_cancel)
+            if loaded is None and not index.build(messages, cancelled=lambda: self._search_cancel):
+                error = "search index: build stopped at close"
         except Exception as e:  # reported by search; rebuild_index recovers
             log.exception("search index build failed")
             error = f"search index: build failed ({type(e).__name__})"
@@ -171,7 +176,7 @@ class IndexSet:
                 index = self.search_index = loaded
             pending = self._search_pending or []
             self._search_pending = None
-            if not error and not self._search_cancel:
+            if not error:
                 try:
                     for op, msg, new in pending:
                         _apply_search_change(index, op, msg, new)

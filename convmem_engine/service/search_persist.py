@@ -22,6 +22,7 @@ from typing import Final
 from convmem_engine.domain.message import Message
 from convmem_engine.index import search_file
 from convmem_engine.index.search_index import SearchIndex
+from convmem_engine.storage.derived import DerivedError
 from convmem_engine.storage.store import Store
 
 log = logging.getLogger(__name__)
@@ -117,15 +118,21 @@ class PersistedSearch:
                 elif new is not old:
                     index.replace(old, new)
         except Exception as e:  # any failure: this file is not usable, rebuild
-            log.warning(
-                "%s: not used (%s); rebuilding the search index", FILE_NAME, type(e).__name__
-            )
+            log.warning("%s: not used (%s); rebuilding the search index", FILE_NAME, _reason(e))
             store.close_derived(reader)
             store.discard_derived(FILE_NAME)
             return None
         store.close_derived(reader)
         self._changes = {}
         return index
+
+
+def _reason(e: Exception) -> str:
+    """Why a file was not used, for the log: the type, and the text of the checks' own errors
+    (fixed sentences, never content; other exceptions' text may quote the bytes read)."""
+    if type(e) in (ValueError, DerivedError):
+        return f"{type(e).__name__}: {e}"
+    return type(e).__name__
 
 
 def save(store: Store, index: SearchIndex) -> bool:

@@ -15,12 +15,14 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from svc_helpers import write
 from tool_calls import ToolCalls
 
 from convmem_engine.domain.message import Message
 from convmem_engine.index.search_index import SearchIndex
 from convmem_engine.service import MemoryService
+from convmem_engine.service.search_persist import FILE_NAME
 from tests.index.test_search_index import ref_search
 
 
@@ -149,4 +151,91 @@ def test_search_during_the_background_build_equals_the_reference(tmp_path: Path)
         assert svc.check() == []
     finally:
         gate.set()
+        svc.close()
+
+
+@pytest.mark.parametrize("pause_at", [0, 120, 10**9])
+def test_changes_at_any_point_of_the_build_end_in_the_exact_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pause_at: int
+) -> None:
+    """The build reads the store's lazy snapshot (packed values, each Message made when the
+    build reaches it) while writers change the store and queue the same changes for it. The
+    real build is held after `pause_at` of the 241 messages (before the first, in the middle,
+    after the last): messages already indexed and not yet reached are updated (one twice) and
+    deleted, a session gets its first message and another loses its last one, and a
+    rebuild_index (a compaction) is asked for. The finished index must be exactly the one of
+    the store, the compaction must wait for it, and the file kept at close must load."""
+    data = tmp_path / "data"
+    ids = seed(data)
+    with ToolCalls.open(data) as svc:
+        lone = write(svc, "the only one of its session", session="lone")
+    (data / FILE_NAME).unlink()  # no index file: the build indexes the messages
+    reached = threading.Event()
+    gate = threading.Event()
+    real_build = SearchIndex.build
+    compactions: list[bool] = []
+
+    def held_build(
+        self: SearchIndex, messages: Iterable[Message], *, cancelled: Any = None
+    ) -> bool:
+        def pause() -> None:
+            reached.set()
+            assert gate.wait(timeout=120)
+
+        def paced() -> Iterable[Message]:
+            n = 0
+            for msg in messages:
+                if n == pause_at:
+                    pause()
+                yield msg
+                n += 1
+            if n <= pause_at:
+                pause()
+
+        return real_build(self, paced(), cancelled=cancelled)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(SearchIndex, "build", held_build)
+        svc = ToolCalls.open(data, background_search_from=10)
+        real_compact = svc._store.compact
+
+        def compact() -> Any:
+            compactions.append(svc.wait_for_search_index(timeout=0))
+            return real_compact()
+
+        patch.setattr(svc._store, "compact", compact)
+        rebuild = threading.Thread(target=svc.rebuild_index)
+        try:
+            assert reached.wait(timeout=60)
+            svc.update_message(message_id=ids[1], content="gamma changed during the build")
+            svc.update_message(message_id=ids[1], metadata_json=json.dumps({"tags": ["twice"]}))
+            svc.update_message(message_id=ids[200], content="alpha changed late")
+            svc.update_message(
+                message_id=ids[150],
+                metadata_json=json.dumps({"summary": "ha late", "importance": 90}),
+            )
+            svc.delete_message(message_id=ids[2])
+            svc.delete_message(message_id=ids[201])
+            svc.delete_message(message_id=lone)  # its session is gone
+            write(svc, "alpha in a new session", session="new")
+            mid = write(svc, "delta", session="s3")
+            svc.update_message(message_id=mid, content="delta gamma")
+            svc.delete_message(message_id=write(svc, "lo", session="s2"))
+            check_all(svc)  # scanned, not yet from the index
+            rebuild.start()
+            gate.set()
+            rebuild.join(timeout=120)
+            assert not rebuild.is_alive()
+            assert compactions == [True]  # the compaction waited for the build
+            assert svc.check() == []
+            check_all(svc)
+        finally:
+            gate.set()
+            svc.close()
+    svc = ToolCalls.open(data, background_search_from=10)
+    try:
+        assert svc.wait_for_search_index(timeout=120)
+        assert svc.check() == []
+        check_all(svc)
+    finally:
         svc.close()

@@ -13,15 +13,18 @@ import json
 import os
 import random
 import shutil
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tool_calls import ToolCalls
 
+from convmem_engine.domain.message import Message
 from convmem_engine.index.search_index import SearchIndex
 from convmem_engine.service import search_persist
+from convmem_engine.service.index_set import IndexSet
 from convmem_engine.service.search_persist import FILE_NAME, PersistedSearch
 
 WORDS = ["alpha", "beta", "gamma", "ha", "ing", "hello", "lo", "日本語", "é", "a", "x_y", "ab"]
@@ -311,3 +314,88 @@ def test_save_reports_false_when_the_file_is_current(tmp_path: Path) -> None:
         assert search_persist.save(svc._store, svc._indexes.search_index) is False
     finally:
         svc.close()
+
+
+def changes_during_build(svc: ToolCalls, ids: list[str]) -> None:
+    """Every kind of change a background build has to take in afterwards: updates (one twice),
+    deletes, writes (one into a new session), a write updated and a write deleted."""
+    svc.update_message(message_id=ids[1], content="gamma changed during the build")
+    svc.update_message(message_id=ids[1], metadata_json=json.dumps({"tags": ["twice"]}))
+    svc.update_message(
+        message_id=ids[-2], metadata_json=json.dumps({"summary": "ha late", "importance": 90})
+    )
+    svc.delete_message(message_id=ids[2])
+    svc.delete_message(message_id=ids[-1])
+    svc.write_message(session_id="new", role="user", content="alpha in a new session")
+    mid = svc.write_message(session_id="s1", role="user", content="x_y")["message"]["message_id"]
+    svc.update_message(message_id=mid, content="x_y beta")
+    mid = svc.write_message(session_id="s2", role="user", content="lo")["message"]["message_id"]
+    svc.delete_message(message_id=mid)
+
+
+@pytest.mark.parametrize("path", ["load", "build"])
+@pytest.mark.parametrize("only_updates", [True, False])
+def test_a_close_during_the_background_build_never_keeps_a_wrong_index_file(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    loads: list[bool],
+    path: str,
+    only_updates: bool,
+) -> None:
+    """The slow suite's stale entry. The close arrives while the background build (loading
+    the file, or indexing the messages) still runs, after changes were queued for it: the
+    builder stops, and the index it leaves must not be written as the new snapshot's file.
+    It was: a loaded index without the queued changes (an update leaves the count right, so
+    the next open used it: a stale entry), or an empty one from a stopped build (refused at
+    the next open by its count: "search.idx: not used (ValueError)"). The build is held
+    until the close has asked it to stop (the real load and build then run)."""
+    data = tmp_path / "data"
+    seeded(data, 71, n=80)
+    if path == "build":
+        (data / FILE_NAME).unlink()  # no file: the index is built from the messages
+    closing = threading.Event()
+    real_stop = IndexSet.stop
+    real_load = PersistedSearch.load
+    real_build = SearchIndex.build
+
+    def stop(self: IndexSet) -> None:
+        closing.set()
+        real_stop(self)
+
+    def held_load(self: PersistedSearch) -> SearchIndex | None:
+        assert closing.wait(timeout=120)
+        return real_load(self)
+
+    def held_build(
+        self: SearchIndex, messages: Iterable[Message], *, cancelled: Any = None
+    ) -> bool:
+        assert closing.wait(timeout=120)
+        return real_build(self, messages, cancelled=cancelled)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(IndexSet, "stop", stop)
+        patch.setattr(PersistedSearch, "load", held_load)
+        patch.setattr(SearchIndex, "build", held_build)
+        svc = ToolCalls.open(data, background_search_from=0)
+        try:
+            ids = list(svc._store.messages)
+            if only_updates:
+                for mid in ids[::7]:
+                    svc.update_message(message_id=mid, content="ha changed during the build")
+            else:
+                changes_during_build(svc, ids)
+            assert not svc.wait_for_search_index(timeout=0)
+        finally:
+            svc.close()
+    assert closing.is_set()
+    want = reference(data)
+    caplog.clear()
+    got, problems = reopened(data, background_search_from=10)
+    assert problems == [] and got == want
+    assert "not used" not in caplog.text
+    # a loaded index was complete: it got the queued changes and was kept; a stopped build
+    # left no file (the next open builds, then its clean close writes one)
+    assert loads[-1] is (path == "load")
+    got, _ = reopened(data)
+    assert loads[-1] is True and got == want
