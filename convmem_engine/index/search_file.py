@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator
 from itertools import accumulate, pairwise
 from typing import Final, TypeVar
 
+from convmem_engine.index.doc_table import DocTable
 from convmem_engine.index.postings import BITMAP, DENSE, PostingList, Postings
 from convmem_engine.index.search_index import _BLOCK_SHIFT, SearchIndex
 
@@ -194,10 +195,7 @@ def decode(read: Reader, resolve: Resolver) -> SearchIndex:
     ids = _decode_ids(read(id_bytes), resolve) if n_docs else []
     if len(ids) != n_docs:
         raise ValueError("id count does not match the document count")
-    docs: dict[str | None, int] = dict(zip(ids, range(n_docs), strict=True))
-    holes = docs.pop(None, None) is not None
-    if len(docs) != n_docs - (ids.count(None) if holes else 0):
-        raise ValueError("a message id is indexed twice")
+    docs = DocTable(ids)  # ValueError for an id indexed twice
     sig = _from_le("q", read(8 * n_docs))
     imp = _from_le("b", read(n_docs))
     blk_ts = _from_le("q", read(8 * n_blocks))
@@ -232,7 +230,7 @@ def decode(read: Reader, resolve: Resolver) -> SearchIndex:
     index._sessions = session_lists
     index._lanes = lanes
     index._ids = ids
-    index._docs = docs  # type: ignore[assignment]  # None was popped
+    index._docs = docs
     index._sig = sig
     index._imp = imp
     index._blk_ts = blk_ts

@@ -32,6 +32,7 @@ from operator import add, call, neg
 from typing import Final, TypeAlias
 
 from convmem_engine.domain.message import Message
+from convmem_engine.index.doc_table import DocTable
 from convmem_engine.index.postings import (
     BIG,
     BITMAP,
@@ -520,7 +521,7 @@ class SearchIndex:
         self._singles: dict[str, array[int]] = {}  # fields of exactly one code point
         self._char_bigrams: dict[str, set[str]] = {}  # code point -> 2-grams containing it
         self._ids: list[str | None] = []  # document number -> message id (None: removed)
-        self._docs: dict[str, int] = {}  # message id -> document number
+        self._docs = DocTable(self._ids)  # message id -> document number (live ones)
         self._sig = array("q")  # document number -> _signature of the indexed value
         self._imp = array("b")  # document number -> importance (-1: removed)
         self._lanes: dict[int, array[int]] = {}  # importance -> its document numbers
@@ -541,7 +542,7 @@ class SearchIndex:
             raise ValueError("message_id is already indexed; use replace()")
         doc = len(self._ids)
         self._ids.append(msg.message_id)
-        self._docs[msg.message_id] = doc
+        self._docs.add(msg.message_id, doc)
         self._sig.append(_signature(msg))
         imp = msg.metadata.importance
         self._imp.append(imp)
@@ -652,9 +653,10 @@ class SearchIndex:
             self._add_container(post, local, start)
         del local
         n = len(ids)
-        docs = dict(zip(ids, range(n), strict=True))
-        if len(docs) != n:
-            raise ValueError("a message_id is given twice")
+        try:
+            docs = DocTable(ids)
+        except ValueError:
+            raise ValueError("a message_id is given twice") from None
         self._lanes = {
             level: array("I", group)
             for level, group in groupby(sorted(range(n), key=imps.__getitem__), imps.__getitem__)
@@ -662,7 +664,7 @@ class SearchIndex:
         self._post = post
         self._singles = singles
         self._ids = ids
-        self._docs = docs  # type: ignore[assignment]  # no None: every id is a message's
+        self._docs = docs
         self._sig = sigs
         self._imp = imps
         self._sessions = dict(sessions)
@@ -696,7 +698,7 @@ class SearchIndex:
 
     def remove(self, msg: Message) -> None:
         """Forget a message given the value previously added; unknown ids are ignored."""
-        doc = self._docs.pop(msg.message_id, None)
+        doc = self._docs.pop(msg.message_id)
         if doc is None:
             return
         if self._sig[doc] == _signature(msg):
@@ -1309,9 +1311,7 @@ class SearchIndex:
         size += sys.getsizeof(self._char_bigrams)
         for ch, s in self._char_bigrams.items():
             size += sys.getsizeof(ch) + sys.getsizeof(s)
-        size += sys.getsizeof(self._ids) + sys.getsizeof(self._docs)
-        int_size = sys.getsizeof(1 << 20)
-        size += int_size * sum(1 for d in self._docs.values() if d > 256)
+        size += sys.getsizeof(self._ids) + self._docs.nbytes()
         for arr in (self._sig, self._imp, self._blk_ts):
             size += sys.getsizeof(arr)
         size += sys.getsizeof(self._sessions)

@@ -68,7 +68,7 @@ def state(index: SearchIndex) -> tuple[object, ...]:
         {k: list(p) for k, p in index._lanes.items()},
         {c: set(s) for c, s in index._char_bigrams.items()},
         index._ids,
-        index._docs,
+        dict(index._docs.items()),
         list(index._sig),
         list(index._imp),
         list(index._blk_ts),
