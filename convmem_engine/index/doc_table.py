@@ -8,7 +8,8 @@ order: so the ids, in document order, are almost always ascending already. This 
 
     keys    one str per document (8 bytes: the store's own strings, shared), ascending: the
             document's id, or for a document whose id does not sort after every earlier one
-            (or that is a hole), a copy of the key before it
+            (or that is a hole), a copy of the key before it. While every document is live
+            and in order this is `ids` itself (no copy until the first removal)
     extra   a dict for those out-of-order documents only (e.g. messages imported with ids
             from another store)
 
@@ -47,7 +48,9 @@ class DocTable:
         holes = ids.count(None)
         self._live = len(ids) - holes
         if not holes and all(map(lt, ids, islice(ids, 1, None))):  # type: ignore[arg-type]
-            self._keys: list[str] = ids.copy()  # type: ignore[assignment]
+            # The keys are the ids themselves: one list for both until a removal (`pop`
+            # copies it then) or an id out of order (`add`).
+            self._keys: list[str] = ids  # type: ignore[assignment]
             return
         # A hole's key is "" (no message id is empty) until the running maximum fills it.
         filled = [mid if mid is not None else "" for mid in ids] if holes else ids
@@ -91,6 +94,11 @@ class DocTable:
         """Record `doc`, the document just appended to `ids` (whose entry is `message_id`,
         an id not held)."""
         keys = self._keys
+        if keys is self._ids:  # shared: `message_id` is its last entry already
+            if not doc or message_id > keys[doc - 1]:
+                self._live += 1
+                return
+            keys = self._keys = keys[:doc]
         if not keys or message_id > keys[-1]:
             keys.append(message_id)
         else:
@@ -103,6 +111,8 @@ class DocTable:
         `ids` becomes None."""
         doc = self.get(message_id)
         if doc is not None:
+            if self._keys is self._ids:
+                self._keys = self._ids.copy()  # type: ignore[assignment]
             self._extra.pop(message_id, None)
             self._ids[doc] = None
             self._live -= 1
@@ -117,4 +127,5 @@ class DocTable:
     def nbytes(self) -> int:
         """Bytes of the table's own objects (sys.getsizeof; the strings are the store's,
         except a removed document's, kept until the next build)."""
-        return self._keys.__sizeof__() + self._extra.__sizeof__()
+        keys = 0 if self._keys is self._ids else self._keys.__sizeof__()
+        return keys + self._extra.__sizeof__()
