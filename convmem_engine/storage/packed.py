@@ -478,11 +478,17 @@ class MessageTable:
                 if b:
                     raise ValueError("session row: unexpected value")
                 sid = sys.intern(buf[start:stop].decode("utf-8"))
-                if sid:  # "" holds the number of a session pruned at a compaction
+                if sid:
                     if sid in self._session_numbers:
                         raise ValueError("session row: a session id twice")
                     self._session_numbers[sid] = n_sessions
                     self._session_bytes += sys.getsizeof(sid)
+                elif "" not in self._session_numbers:
+                    # "" holds the number of a session pruned at a compaction, or is a real
+                    # session id "" (the Store API takes it; the tools refuse it): the same
+                    # text, so the first such number serves later writes of session "" (else
+                    # each reopen that writes one would add a number)
+                    self._session_numbers[""] = n_sessions
                 sessions.append(sid)
                 n_sessions += 1
             elif kind == JSON_ROW:

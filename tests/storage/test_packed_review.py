@@ -308,3 +308,23 @@ def test_an_empty_session_id_keeps_the_memory_counts_right(tmp_path: Path) -> No
         s.put(Message("b", "", 2, "user", "y", 1, 2))
         assert s.check() == []
         assert [m.session_id for m in s.messages.values()] == ["", ""]
+        sessions = list(s._messages._sessions)
+        assert sessions == [""]  # one number for both writes
+    # reopened and written again: the number of "" is reused, the session table stays as it is
+    for i in range(3):
+        with Store.open(tmp_path) as s:
+            s.put(Message(f"c{i}", "", 3 + i, "user", "z", 1, 3 + i))
+            assert s._messages._sessions == sessions
+            assert s.check() == []
+    # a number freed by a compaction is "" too: a later "" write may take it; nothing else does
+    with Store.open(tmp_path) as s:
+        s.put(Message("d", "other", 9, "user", "w", 1, 9))
+        s.delete("d")
+        s.compact()
+        assert s._messages._sessions == ["", ""]
+    with Store.open(tmp_path) as s:
+        s.put(Message("e", "", 10, "user", "v", 1, 10))
+        s.put(Message("f", "other", 11, "user", "u", 1, 11))
+        assert s._messages._sessions == ["", "", "other"]
+        assert [m.session_id for m in s.messages.values()] == ["", "", "", "", "", "", "other"]
+        assert s.check() == []
