@@ -12,7 +12,11 @@ and session objects, anyio streams and `to_thread`):
    ladder (`classify_inbound_request`), the legacy era's refusal of an enveloped request, the
    per-version surface check (`validate_client_request`) and `CallToolRequestParams`;
 3. `ToolRegistry.result` in a worker thread (a small pool; the caller's context variables go
-   with the call), as the server's `call_tool` handler runs it;
+   with the call), as the server's `call_tool` handler runs it; or, for a write
+   (`INLINE_TOOLS`) that is alone (the session has nothing else in flight and no further
+   bytes read, and the transport says no other session could be held up: `inline`), on the
+   loop itself, answered at once: no thread hand-off either way, which is most of what the
+   path costs beyond the call (see "One call alone" below);
 4. the result shaped by the SDK's own serialiser (`ServerRunner._serialize`: the per-version
    sieve, `resultType` and the `serverInfo` stamp of the modern era), computed once per
    protocol version and error flag with a marker text and then filled per call, and the
@@ -26,6 +30,13 @@ second `initialize`. `notifications/cancelled` for a fast call is honoured as th
 it: the request is never answered (a call already running finishes, its answer is dropped).
 When input ends, answers still due after the drain get the SDK's "Connection closed" error,
 and the session waits for its calls' threads to finish, as the SDK's does.
+
+One call alone: a write holds the loop for its own duration (its lock, append, index update
+and fsync: ~0.3 ms; the loop's thread releases the GIL while it waits for the disk). Only the
+session's own later requests could be held up, and there are none read yet; a
+`notifications/cancelled` for it can only arrive after its answer, which the SDK's path also
+answers when the call finishes first. The transport decides for the other sessions on the
+same loop (`Runtime.serve_session`: only while its session is the runtime's only client).
 
 `CONVMEM_MCP_FAST_PATH=0` turns it off (every request then goes through the SDK):
 tests/mcp/test_fast_call.py drives the same requests both ways and compares the bytes.
@@ -62,6 +73,9 @@ ENV_SWITCH: Final = "CONVMEM_MCP_FAST_PATH"
 METHOD: Final = "tools/call"
 POOL_THREADS: Final = 40
 """Worker threads at most (anyio's default for `to_thread`): more calls than that at once queue."""
+
+INLINE_TOOLS: Final = frozenset({"write_message", "update_message", "delete_message"})
+"""Tools served on the loop when a call is alone: bounded work (one message, one fsync)."""
 
 _MARKER: Final = "convmem-fast-call-marker-5f0c9a"
 _REQUEST_KEYS: Final = frozenset({"jsonrpc", "id", "method", "params"})
@@ -221,6 +235,7 @@ class FastCallSession:
         self.encode = encode
         self.write = write
         self.settle: Settle = lambda _key: None
+        self.inline: Callable[[], bool] | None = None  # the transport's say (see module doc)
         self.era: str | None = None  # "legacy" or "modern", once the SDK has seen a request
         self.handshake_version: str | None = None  # legacy: negotiated by the first initialize
         self.initialize_requests = 0
@@ -316,6 +331,21 @@ class FastCallSession:
         context = contextvars.copy_context()  # the session's context: who is calling
         _pool().submit(lambda: context.run(self._run, call))
 
+    def may_inline(self, call: FastCall) -> bool:
+        """Whether `call`, alone in its session, may be served on the loop (`serve_inline`)."""
+        return (
+            call.name in INLINE_TOOLS
+            and self.running == 0
+            and self.inline is not None
+            and self.inline()
+        )
+
+    async def serve_inline(self, call: FastCall) -> None:
+        """Run `call` (already counted as pending) on this thread and write its answer."""
+        contextvars.copy_context().run(self._answer, call)  # its own context, as on a thread
+        await self.write(call.line)
+        self.settle(call.key)
+
     def cancel(self, request_id: str | int) -> None:
         """`notifications/cancelled` for `request_id`: a fast call of that id is never answered."""
         call = self.in_flight.get(coerce_request_id(request_id))
@@ -325,12 +355,15 @@ class FastCallSession:
     # -- the worker thread ---------------------------------------------------------------------
 
     def _run(self, call: FastCall) -> Callable[[], None]:
+        self._answer(call)
+        return lambda: self._hand_back(call)
+
+    def _answer(self, call: FastCall) -> None:
         try:
             result = self.registry.result(call.name, call.arguments)
             call.line = self._response(call, result)
         except Exception as exc:
             call.line = self._failure(call, exc)
-        return lambda: self._hand_back(call)
 
     def _hand_back(self, call: FastCall) -> None:
         with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits for it any more

@@ -78,6 +78,9 @@ ReadChunk = Callable[[], Awaitable[bytes]]
 OnRequest = Callable[[types.JSONRPCRequest], None]
 """Called with each well-formed request before it is served (the runtime counts requests and
 reads the client's name from the handshake). Must be quick and must not raise."""
+Inline = Callable[[], bool]
+"""Asked when a write arrives alone in its session: True when serving it on the loop (no
+worker thread) holds up no other session (`fast_call.py`, "One call alone"). Must be quick."""
 
 
 class ByteReader(Protocol):
@@ -179,6 +182,7 @@ class _LineSession:
         max_line_bytes: int,
         max_in_flight: int,
         on_request: OnRequest | None = None,
+        inline: Inline | None = None,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
@@ -205,6 +209,8 @@ class _LineSession:
         self.server_writes, self.from_server = anyio.create_memory_object_stream[SessionMessage](0)
         self.scope: anyio.CancelScope | None = None
         self.fast: fast_call.FastCallSession | None = None
+        self.inline = inline
+        self.at_tail = False  # the line being handled is the last of the bytes read so far
 
     async def write(self, data: bytes) -> None:
         async with self.send_lock:
@@ -260,10 +266,15 @@ class _LineSession:
         if self.fast is not None:
             call = self.fast.take(text, self.pending)
             if call is not None:
+                # alone: nothing else of this session in flight, nothing more read yet
+                alone = self.in_flight == 0 and self.at_tail and self.fast.may_inline(call)
                 if await self.count_request(call.request_id):
                     if self.on_request is not None:
                         self.on_request(call.request())
-                    self.fast.start(call)
+                    if alone:
+                        await self.fast.serve_inline(call)
+                    else:
+                        self.fast.start(call)
                 return
         message = await self.parse(text)
         if message is None:
@@ -385,6 +396,7 @@ class _LineSession:
                 line = bytes(buffer[start:newline])
                 start = newline + 1
                 scanned = 0
+                self.at_tail = start == len(buffer)
                 if len(line) > self.max_line_bytes:
                     await self.oversized(line[:HEAD_BYTES])
                 else:
@@ -399,6 +411,7 @@ class _LineSession:
         if skipping:
             await self.oversized(head)
         elif buffer.strip():
+            self.at_tail = True
             await self.handle_line(bytes(buffer))
 
     async def drain(self) -> None:
@@ -437,6 +450,7 @@ class _LineSession:
             return None
         session = fast_call.FastCallSession(self.server, support, _encode, self.write)
         session.settle = self._settle
+        session.inline = self.inline
         return session
 
 
@@ -448,9 +462,11 @@ async def serve_chunks(
     max_line_bytes: int = MAX_LINE_BYTES,
     max_in_flight: int = MAX_IN_FLIGHT,
     on_request: OnRequest | None = None,
+    inline: Inline | None = None,
 ) -> None:
-    """Serve one MCP session; `read_chunk()` returns the next bytes, b"" at end of input."""
-    session = _LineSession(server, send, max_line_bytes, max_in_flight, on_request)
+    """Serve one MCP session; `read_chunk()` returns the next bytes, b"" at end of input.
+    `inline`: see `Inline` (None: every call the fast path takes runs in a worker thread)."""
+    session = _LineSession(server, send, max_line_bytes, max_in_flight, on_request, inline)
     await session.run(read_chunk)
 
 

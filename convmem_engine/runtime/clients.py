@@ -147,6 +147,10 @@ class ClientRegistry:
                 return len(self._clients)
             return sum(1 for c in self._clients.values() if c.transport == transport)
 
+    def alone(self) -> bool:
+        """True while at most one client is connected (a session then holds up no other)."""
+        return len(self._clients) <= 1  # (one read of a dict's size: no lock needed)
+
     def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call `callback()` (on the session's thread) when a client connects, says who it is,
         or disconnects; not on every request (poll `clients()` for counts). Returns the

@@ -225,8 +225,10 @@ def modern_script() -> list[Step]:
     ]
 
 
-async def run_script(server: Any, steps: list[Step]) -> list[bytes]:
-    """Send each step once the answers to the ones before it are in; every answer line."""
+async def run_script(server: Any, steps: list[Step], inline: bool = False) -> list[bytes]:
+    """Send each step once the answers to the ones before it are in; every answer line.
+    `inline`: writes alone in the session may be served on the loop (as for a runtime's only
+    client)."""
     inbox: asyncio.Queue[bytes] = asyncio.Queue()
     out: list[bytes] = []
     answers: dict[Any, dict[str, Any]] = {}
@@ -254,7 +256,7 @@ async def run_script(server: Any, steps: list[Step]) -> list[bytes]:
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(drive)
-        await serve_chunks(server, read_chunk, send)
+        await serve_chunks(server, read_chunk, send, inline=(lambda: True) if inline else None)
     return out
 
 
@@ -288,46 +290,64 @@ def normalised(lines: list[bytes]) -> list[str]:
 
 @pytest.fixture
 def spy(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The tool names the fast path served."""
+    """The tool names the fast path served (on the loop: "inline:" and the name)."""
     served: list[str] = []
     start = fast_call.FastCallSession.start
+    serve_inline = fast_call.FastCallSession.serve_inline
 
     def counting(self: fast_call.FastCallSession, call: fast_call.FastCall) -> None:
         served.append(call.name)
         start(self, call)
 
+    async def counting_inline(self: fast_call.FastCallSession, call: fast_call.FastCall) -> None:
+        served.append(f"inline:{call.name}")
+        await serve_inline(self, call)
+
     monkeypatch.setattr(fast_call.FastCallSession, "start", counting)
+    monkeypatch.setattr(fast_call.FastCallSession, "serve_inline", counting_inline)
     return served
 
 
 def transcript(
-    tmp_path: Path, name: str, script: list[Step], fast: bool, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    name: str,
+    script: list[Step],
+    fast: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    inline: bool = False,
 ) -> list[str]:
     monkeypatch.setenv(fast_call.ENV_SWITCH, "1" if fast else "0")
     with MemoryService.open(tmp_path / name, clock=lambda: FIXED_MS) as service:
         # with the clock standing still, every id is the last one plus 1: the same ids (so
         # the same record sizes and log positions) in both runs
         service._ids.observe(str(ulid.ULID.from_bytes((FIXED_MS << 80).to_bytes(16, "big"))))
-        lines = anyio.run(run_script, build_server(service), script)
+        lines = anyio.run(run_script, build_server(service), script, inline)
         assert service.check() == []
     return normalised(lines)
 
 
+@pytest.mark.parametrize("inline", [False, True], ids=["threads", "inline"])
 @pytest.mark.parametrize("era", ["legacy", "modern"])
 def test_fast_path_answers_byte_for_byte_what_the_sdk_answers(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spy: list[str], era: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spy: list[str], era: str, inline: bool
 ) -> None:
     script = legacy_script() if era == "legacy" else modern_script()
     sdk = transcript(tmp_path, "sdk", script, False, monkeypatch)
     assert spy == []
-    fast = transcript(tmp_path, "fast", script, True, monkeypatch)
+    fast = transcript(tmp_path, "fast", script, True, monkeypatch, inline)
     assert len(fast) == len(sdk)
     for ours, theirs in zip(fast, sdk, strict=True):
         assert ours == theirs
     # the fast path served the calls it may (memory tools after the era is settled), the
-    # SDK everything else
+    # SDK everything else; with `inline`, the writes (each alone in its step) on the loop
     assert len(spy) >= 35, spy
     assert "no_such_tool" not in spy
+    on_loop = {name.removeprefix("inline:") for name in spy if name.startswith("inline:")}
+    if inline:
+        assert on_loop == set(fast_call.INLINE_TOOLS), spy
+        assert "write_message" not in spy  # every write came alone
+    else:
+        assert on_loop == set()
     cancelled = [json.loads(t).get("id") for t in fast]
     assert 44 not in cancelled and "46" not in cancelled and 45 in cancelled
 
@@ -488,3 +508,74 @@ def test_calls_still_running_at_end_of_input_are_answered_before_the_session_end
         assert sorted(session.order) == [0, 1, 2, 3] and session.order[1] in (1, 2)
 
     anyio.run(scenario)
+
+
+@pytest.mark.parametrize("alone", [True, False], ids=["only-client", "other-clients"])
+def test_a_write_runs_on_the_loop_only_when_nothing_else_could_wait_for_it(
+    gated: tuple[Any, Gate], monkeypatch: pytest.MonkeyPatch, spy: list[str], alone: bool
+) -> None:
+    """A write alone in its session (nothing in flight, nothing more read) is served on the
+    loop when the transport allows it; a write behind another request in flight, or read
+    together with more bytes (a cancellation in the same chunk stays unanswered), or with
+    other clients on the loop, goes to a worker thread as before."""
+    server, gate = gated
+    monkeypatch.setenv(fast_call.ENV_SWITCH, "1")
+    write = {"session_id": "s", "role": "user", "content": "alone"}
+
+    async def scenario() -> None:
+        session = Session(server, inline=lambda: alone)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(session.run)
+            session.put(INIT)
+            await session.answer(0)
+            session.put(call(1, "write_message", write))  # alone
+            assert "result" in await session.answer(1)
+            session.put(call(2, "write_message", write) + call(3, "write_message", write))
+            await session.answer(2)
+            await session.answer(3)
+            # a write and its cancellation read together: never answered (the ping is)
+            cancel = notification("notifications/cancelled", {"requestId": 4})
+            session.put(call(4, "write_message", write) + cancel + request(5, "ping"))
+            await session.answer(5)
+            # behind a call in flight
+            session.put(call(6, "wait", {"note": "held"}))
+            await anyio.to_thread.run_sync(gate.entered.acquire)
+            session.put(call(7, "write_message", write))
+            assert "result" in await session.answer(7)
+            gate.release.set()
+            await session.answer(6)
+            session.put(call(8, "get_system_health", {}))  # not a write: a thread
+            await session.answer(8)
+            session.put(b"")
+        assert 4 not in session.answers
+
+    anyio.run(scenario)
+    first = ["inline:write_message"] if alone else ["write_message"]
+    rest = ["write_message"] * 3 + ["wait", "write_message", "get_system_health"]
+    assert spy == first + rest
+
+
+def test_a_failing_write_on_the_loop_answers_as_on_a_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spy: list[str]
+) -> None:
+    """A handler raising something unexpected on the loop gets the SDK's answer and the
+    session goes on."""
+    monkeypatch.setenv(fast_call.ENV_SWITCH, "1")
+    steps = legacy_script()[1:3]
+    write = {"session_id": "s", "role": "user", "content": "boom"}
+    steps += [fixed(call(5, "write_message", write)), fixed(request(6, "ping"))]
+    out: dict[bool, list[str]] = {}
+    for inline in (False, True):
+        with MemoryService.open(tmp_path / f"d{inline}", clock=lambda: FIXED_MS) as service:
+
+            def broken(**_kwargs: Any) -> dict[str, Any]:
+                raise RuntimeError("disk on fire")
+
+            monkeypatch.setattr(service, "write_message", broken)
+            lines = anyio.run(run_script, build_server(service), steps, inline)
+        out[inline] = normalised(lines)
+    assert out[True] == out[False]
+    failed = json.loads(out[True][-2])
+    assert failed["id"] == 5 and failed["result"]["isError"] is True
+    assert "disk on fire" not in out[True][-2]
+    assert "inline:write_message" in spy and "write_message" in spy

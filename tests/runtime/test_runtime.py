@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 
 from convmem_engine.domain.errors import BusyError
+from convmem_engine.mcp import fast_call
+from convmem_engine.runtime.activity import ActivityLog
 from convmem_engine.runtime import (
     ClientRegistry,
     Runtime,
@@ -221,6 +223,39 @@ def test_clients_over_a_real_socket(runtime: Runtime) -> None:
     assert runtime.clients.clients() == []
 
 
+def test_the_only_clients_writes_run_on_the_loop_and_keep_their_client(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write alone in the runtime's only session is served on the engine loop (no worker
+    thread: fast_call.py, "One call alone"); with a second client connected, writes go to
+    worker threads again. Either way the change is the writing client's."""
+    threads: list[str] = []
+    answer = fast_call.FastCallSession._answer
+
+    def spying(self: fast_call.FastCallSession, call: fast_call.FastCall) -> None:
+        threads.append(threading.current_thread().name)
+        answer(self, call)
+
+    monkeypatch.setattr(fast_call.FastCallSession, "_answer", spying)
+    runtime.open()
+    activity = ActivityLog(runtime.service, runtime.clients)
+    listener = SocketListener()
+    runtime.add_listener(listener)
+    with socket.create_connection(listener.address) as first:
+        first.sendall(initialize("first", "1"))
+        read_answers(first.fileno(), 1)
+        first.sendall(write_call(2, "alone"))
+        read_answers(first.fileno(), 1)
+        with socket.create_connection(listener.address) as second:
+            second.sendall(initialize("second", "1"))
+            read_answers(second.fileno(), 1)
+            first.sendall(write_call(3, "not alone"))
+            read_answers(first.fileno(), 1)
+    activity.close()
+    assert threads[0] == "convmem-engine" and threads[1] != "convmem-engine"
+    assert [a.client for a in activity.entries()] == ["first 1", "first 1"]
+
+
 def test_client_info_from_request_meta(runtime: Runtime) -> None:
     """The 2026-07-28 era has no initialize: the client says who it is in each request's
     `_meta`; names are cut to printable characters and a bounded length."""
@@ -301,11 +336,15 @@ def test_a_second_stop_with_no_grace_forces_the_listeners(runtime: Runtime) -> N
 
 def test_registry_counts_by_transport() -> None:
     registry = ClientRegistry(clock=lambda: 5.0)
+    assert registry.alone()
     a = registry.connect("pipe")
-    registry.connect("http")
+    assert registry.alone()  # one session: its writes may run on the loop (fast_call.py)
+    b = registry.connect("http")
+    assert not registry.alone()
     assert (registry.count(), registry.count("pipe"), registry.count("stdio")) == (2, 1, 0)
     a.identify("host", "1")
     assert registry.clients()[0].name == "host" and registry.clients()[0].requests == 0
     a.close()
     a.close()
-    assert registry.count() == 1
+    assert registry.count() == 1 and registry.alone()
+    b.close()
