@@ -17,7 +17,6 @@ import pytest
 
 from convmem_engine.domain.errors import BusyError
 from convmem_engine.mcp import fast_call
-from convmem_engine.runtime.activity import ActivityLog
 from convmem_engine.runtime import (
     ClientRegistry,
     Runtime,
@@ -25,6 +24,7 @@ from convmem_engine.runtime import (
     RuntimeStateError,
     StdioListener,
 )
+from convmem_engine.runtime.activity import ActivityLog
 from convmem_engine.service import MemoryService
 
 
