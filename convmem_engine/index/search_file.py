@@ -10,7 +10,8 @@ Layout (little-endian):
     header      HEADER (see below): format version and the size of every section
     ids         UTF-8 of the document numbers' message ids joined by "\\n" ("" for a removed
                 document); an id containing "\\n" is never persisted (encode raises)
-    signatures  n_docs x int64, importances n_docs x int8, block timestamps n_blocks x int64
+    signatures  n_docs x int64, importances n_docs x int8, block timestamps n_blocks x int64,
+                block field lengths n_blocks x u32
     tables      grams, one-code-point fields, sessions: each as key lengths (u32 code points
                 per key), the keys' UTF-8, then their posting-list lengths (u32 documents per
                 key); for grams also each list's shape: containers (u32; 0 for a plain list)
@@ -40,7 +41,7 @@ from convmem_engine.index.search_index import _BLOCK_SHIFT, SearchIndex
 
 __all__ = ["FORMAT", "decode", "encode"]
 
-FORMAT: Final = 2
+FORMAT: Final = 3
 """The payload format; a different one is never decoded (the index is rebuilt instead)."""
 
 # version, n_docs, n_blocks, ids bytes, then per table (grams, singles, sessions): key count,
@@ -143,6 +144,7 @@ def encode(index: SearchIndex) -> Iterator[bytes]:
     yield _le(index._sig)
     yield index._imp.tobytes()
     yield _le(index._blk_ts)
+    yield _le(index._blk_len)
     for i, ((_, ps), (lengths, text)) in enumerate(zip(tables, encoded, strict=True)):
         yield lengths
         yield text
@@ -199,6 +201,7 @@ def decode(read: Reader, resolve: Resolver) -> SearchIndex:
     sig = _from_le("q", read(8 * n_docs))
     imp = _from_le("b", read(n_docs))
     blk_ts = _from_le("q", read(8 * n_blocks))
+    blk_len = _from_le("I", read(4 * n_blocks))
     keys = _read_keys(read, n_grams, gram_text)
     tables = [(keys, _from_le("I", read(4 * n_grams)))]
     containers = _from_le("I", read(4 * n_grams))
@@ -234,6 +237,7 @@ def decode(read: Reader, resolve: Resolver) -> SearchIndex:
     index._sig = sig
     index._imp = imp
     index._blk_ts = blk_ts
+    index._blk_len = blk_len
     for g in post:
         if len(g) == 2:
             index._register_bigram(g)

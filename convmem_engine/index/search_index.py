@@ -83,6 +83,8 @@ _POLL: Final = 4096  # build(): messages between two polls of `cancelled`
 _ARRAY_GROWS: Final = BITMAP - 1  # add(): a container this much shorter stays an array
 _START: Final = "\x02"  # edge-gram markers: field start / field end
 _END: Final = "\x03"
+_WORD: Final = "\x01"  # word-boundary gram marker (see `_word_grams`)
+_LONG_PHRASE: Final = 32  # pass 1 of a longer phrase skips blocks of shorter fields
 
 _FOLD: Final = {c: c + 32 for c in range(0x41, 0x5B)}
 _ASCII_WORD: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
@@ -96,6 +98,10 @@ _NO_SPACE_SCRIPTS: Final = (
     (0xFF66, 0xFF9F),  # halfwidth katakana
     (0x20000, 0x3FFFF),  # CJK extensions
 )
+
+
+_ASCII_WORDS: Final = re.compile("[0-9a-z_]+")
+_MAYBE_WORDS: Final = re.compile("[0-9a-z_\x80-\U0010ffff]+")
 
 
 def fold(text: str) -> str:
@@ -124,6 +130,78 @@ def _is_separator(ch: str) -> bool:
         return True
     cat = unicodedata.category(ch)
     return cat == "Cc" or cat[0] == "Z" or (cat[0] == "P" and cat != "Pc")
+
+
+def _text_words(folded: str) -> list[str]:
+    """The words of a folded text: maximal runs of word code points (`_is_word_char`)."""
+    if folded.isascii():
+        return _ASCII_WORDS.findall(folded)
+    words: list[str] = []
+    for run in _MAYBE_WORDS.findall(folded):
+        if run.isascii():
+            words.append(run)
+            continue
+        start = -1
+        for i, ch in enumerate(run):
+            if _is_word_char(ch):
+                if start < 0:
+                    start = i
+            elif start >= 0:
+                words.append(run[start:i])
+                start = -1
+        if start >= 0:
+            words.append(run[start:])
+    return words
+
+
+def _word_grams(folded: str) -> set[str]:
+    """The word-boundary grams of a folded field, 4 code points each (never a text gram): for
+    every word of 3+ code points WORD + its first three, for every word of 2 WORD + it + WORD
+    (words: `_text_words`). A run of word code points of the query that a non-word code point
+    of the query (or, for a whole-word test, the needle's edge) bounds on the left must be such
+    a word's start in the text, or such a whole word (`_bounded_grams`)."""
+    words = _text_words(folded)
+    return {_WORD + w[:3] if len(w) > 2 else f"{_WORD}{w}{_WORD}" for w in words if len(w) > 1}
+
+
+def _bounded_grams(needle: str, whole: bool) -> tuple[list[str], bool, bool]:
+    """Word-boundary grams every field holding `needle` has (`_word_grams`), from the needle's
+    runs of word code points that a non-word code point of the needle bounds; with `whole`,
+    the needle's edges bound its first and last run too (an occurrence with a word boundary on
+    each side that needs one). Plus whether the first / last run got a gram for its bounded
+    outer side (the first: a run of 3+ code points, or of 2 bounded on both sides; the last:
+    only a run of 2 bounded on both sides, as the grams hold no word ends)."""
+    runs: list[tuple[int, int]] = []
+    start = -1
+    for i, ch in enumerate(needle):
+        if _is_word_char(ch):
+            if start < 0:
+                start = i
+        elif start >= 0:
+            runs.append((start, i))
+            start = -1
+    if start >= 0:
+        runs.append((start, len(needle)))
+    grams: list[str] = []
+    head = tail = False
+    n = len(needle)
+    for k, (a, b) in enumerate(runs):
+        left = a > 0 or whole
+        right = b < n or whole
+        w = needle[a:b]
+        got_left = got_right = False
+        if b - a > 2:
+            if left:
+                grams.append(_WORD + w[:3])
+                got_left = True
+        elif b - a == 2 and left and right:
+            grams.append(_WORD + w + _WORD)
+            got_left = got_right = True
+        if k == 0 and a == 0:
+            head = got_left
+        if k == len(runs) - 1 and b == n:
+            tail = got_right
+    return grams, head, tail
 
 
 def query_words(folded: str) -> list[str]:
@@ -383,6 +461,18 @@ def _score(msg: Message, q: _Query, folded: str | None = None) -> float | None:
     return None if parts is None else _overall(parts)
 
 
+def _field_len(msg: Message) -> int:
+    """The length in code points of the longest indexed field (folding keeps lengths)."""
+    meta = msg.metadata
+    size = len(msg.content)
+    if meta.summary and len(meta.summary) > size:
+        size = len(meta.summary)
+    for tag in meta.tags:
+        if len(tag) > size:
+            size = len(tag)
+    return size
+
+
 def _signature(msg: Message) -> int:
     """Checksum of the indexed fields (CRC-32 and Adler-32 of their UTF-8, as a signed 64-bit
     int); detects a `remove(old)` whose value is not the indexed one. The same in every process
@@ -397,7 +487,8 @@ def _signature(msg: Message) -> int:
 
 def _grams(msg: Message) -> tuple[set[str], list[str]]:
     """All 2-grams and 3-grams of the folded fields, the two edge grams of each field (START +
-    first two code points, last two + END), and the fields that are one code point."""
+    first two code points, last two + END), their word-boundary grams (`_word_grams`), and the
+    fields that are one code point."""
     grams: set[str] = set()
     singles: list[str] = []
     texts = [msg.content]
@@ -414,6 +505,7 @@ def _grams(msg: Message) -> tuple[set[str], list[str]]:
                 grams.update(map(add, bigrams, t[2:]))
             grams.add(_START + bigrams[0])
             grams.add(bigrams[-1] + _END)
+            grams |= _word_grams(t)
         elif n == 1:
             singles.append(t)
     return grams, singles
@@ -437,6 +529,7 @@ def _grams_without_bigrams(msg: Message) -> tuple[set[str], list[str]]:
             grams.add(t[-2:] + _END)
             if _START in t:
                 grams.update(b for b in map(add, t, t[1:]) if b[0] == _START)
+            grams |= _word_grams(t)
         else:
             singles.append(t)
     return grams, singles
@@ -527,6 +620,7 @@ class SearchIndex:
         self._lanes: dict[int, array[int]] = {}  # importance -> its document numbers
         self._sessions: dict[str, array[int]] = {}  # session id -> its document numbers
         self._blk_ts = array("q")  # per block of documents: max timestamp ever indexed
+        self._blk_len = array("I")  # per block: max field length (code points) ever indexed
 
     # -- mutation ---------------------------------------------------------------------------
 
@@ -612,6 +706,7 @@ class SearchIndex:
         imps = array("b")
         sigs = array("q")
         blk_ts = array("q")
+        blk_len = array("I")
         sessions: defaultdict[str, array[int]] = defaultdict(_new_docs)
         post: dict[str, PostingList] = {}
         singles: dict[str, array[int]] = {}
@@ -637,10 +732,18 @@ class SearchIndex:
             add_sig(_signature(msg))
             sessions[msg.session_id].append(doc)
             ts = msg.timestamp
+            meta = msg.metadata
+            size = len(msg.content)
+            if meta.summary or meta.tags:
+                size = _field_len(msg)
             if not doc & (_BLOCK - 1):
                 blk_ts.append(ts)
-            elif ts > blk_ts[-1]:
-                blk_ts[-1] = ts
+                blk_len.append(size)
+            else:
+                if ts > blk_ts[-1]:
+                    blk_ts[-1] = ts
+                if size > blk_len[-1]:
+                    blk_len[-1] = size
             grams, ones = _grams_without_bigrams(msg)
             deque(map(array.append, map(get_local, grams), repeat(low)), maxlen=0)
             for ch in ones:
@@ -669,6 +772,7 @@ class SearchIndex:
         self._imp = imps
         self._sessions = dict(sessions)
         self._blk_ts = blk_ts
+        self._blk_len = blk_len
         for g in post:
             if len(g) == 2:
                 self._register_bigram(g)
@@ -787,10 +891,15 @@ class SearchIndex:
     def _raise_bounds(self, doc: int, msg: Message) -> None:
         block = doc >> _BLOCK_SHIFT
         ts = msg.timestamp
+        size = _field_len(msg)
         if block == len(self._blk_ts):
             self._blk_ts.append(ts)
-        elif ts > self._blk_ts[block]:
+            self._blk_len.append(size)
+            return
+        if ts > self._blk_ts[block]:
             self._blk_ts[block] = ts
+        if size > self._blk_len[block]:
+            self._blk_len[block] = size
 
     def _register_bigram(self, gram: str) -> None:
         for ch in set(gram):
@@ -857,7 +966,7 @@ class SearchIndex:
             # rest of the all-words candidates, whose score cannot exceed WORDS_FACTOR (planned
             # only when pass 1 did not stop early).
             seen: set[int] = set()
-            phrase_plan = self._plan([q.phrase], scope)
+            phrase_plan = self._phrase_plan(q.phrase, scope)
             if self._run_pass(
                 q, messages, accept, limit, heap, phrase_plan, WHOLE_WORD, seen, min_importance
             ):
@@ -1140,6 +1249,24 @@ class SearchIndex:
                 stopping = len(heap) == limit and heap[0][0] >= max_score
         return True
 
+    def _phrase_plan(
+        self, phrase: str, scope: array[int] | None
+    ) -> tuple[Candidates | None, list[PostingList]]:
+        """Pass 1's plan: `_plan` of the phrase; for a phrase longer than _LONG_PHRASE code
+        points, only the documents of blocks whose longest field ever indexed is at least that
+        long (no field of the others can hold it)."""
+        n = len(phrase)
+        if n <= _LONG_PHRASE:
+            return self._plan([phrase], scope)
+        sizes = self._blk_len
+        if max(sizes, default=0) < n:
+            return [], []
+        cands, filters = self._plan([phrase], scope)
+        if cands is None or not len(cands):  # None: only for a one-code-point term
+            return cands, filters
+        long = [size >= n for size in sizes]
+        return [d for d in cands if long[d >> _BLOCK_SHIFT]], filters
+
     def _plan(
         self, terms: list[str], scope: array[int] | None
     ) -> tuple[Candidates | None, list[PostingList]]:
@@ -1157,6 +1284,7 @@ class SearchIndex:
                 singles.append(term)
                 continue
             grams = {term} if n == 2 else {term[i : i + 3] for i in range(n - 2)}
+            grams.update(_bounded_grams(term, False)[0])
             for g in grams:
                 p = post.get(g)
                 if p is None:
@@ -1233,27 +1361,48 @@ class SearchIndex:
         """A superset of the documents where `phrase` occurs with a word boundary on each side
         that needs one: some non-word code point (or a field edge) before / after it."""
         post = self._post
-        seps = [c for c in self._char_bigrams if not _is_word_char(c)]
         if len(phrase) == 1:
+            seps = [c for c in self._char_bigrams if not _is_word_char(c)]
             return self._whole_char_docs(phrase, seps)
+        grams, head_done, tail_done = _bounded_grams(phrase, True)
         result: set[int] | None = None
-        if _is_word_char(phrase[0]):
+        if grams:
+            # Word-boundary grams: the documents holding all of them (shortest list first).
+            lists: list[PostingList] = []
+            for g in dict.fromkeys(grams):
+                p = post.get(g)
+                if p is None:
+                    return set()
+                lists.append(p)
+            lists.sort(key=len)
+            result = set(members(lists[0]))
+            for p in lists[1:]:
+                if not result:
+                    return result
+                result = intersect(result, p)
+        if head_done and tail_done:
+            return result if result is not None else set()
+        seps = [c for c in self._char_bigrams if not _is_word_char(c)]
+        if _is_word_char(phrase[0]) and not head_done:
             head = phrase[:2]
-            left: set[int] = set()
-            for x in [_START, *seps]:
-                p = post.get(x + head)
-                if p is not None:
-                    left.update(members(p))
-            result = left
-        if _is_word_char(phrase[-1]):
+            result = self._union_within(
+                [p for x in [_START, *seps] if (p := post.get(x + head)) is not None], result
+            )
+        if _is_word_char(phrase[-1]) and not tail_done:
             tail = phrase[-2:]
-            right: set[int] = set()
-            for y in [*seps, _END]:
-                p = post.get(tail + y)
-                if p is not None:
-                    right.update(members(p))
-            result = right if result is None else result & right
+            result = self._union_within(
+                [p for y in [*seps, _END] if (p := post.get(tail + y)) is not None], result
+            )
         return result if result is not None else set()
+
+    @staticmethod
+    def _union_within(lists: list[PostingList], within: set[int] | None) -> set[int]:
+        """The documents of any of `lists`, only those of `within` when given (then probed
+        in each list when much smaller than it, so long lists are never read whole)."""
+        out: set[int] = set()
+        for p in lists:
+            out.update(members(p) if within is None else intersect(within, p))
+        return out
 
     def _whole_char_docs(self, ch: str, seps: list[str]) -> set[int]:
         """`_whole_word_docs` for one (word) code point: fields that are exactly `ch`, and
@@ -1312,7 +1461,7 @@ class SearchIndex:
         for ch, s in self._char_bigrams.items():
             size += sys.getsizeof(ch) + sys.getsizeof(s)
         size += sys.getsizeof(self._ids) + self._docs.nbytes()
-        for arr in (self._sig, self._imp, self._blk_ts):
+        for arr in (self._sig, self._imp, self._blk_ts, self._blk_len):
             size += sys.getsizeof(arr)
         size += sys.getsizeof(self._sessions)
         size += sum(sys.getsizeof(p) for p in self._sessions.values())

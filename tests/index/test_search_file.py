@@ -72,6 +72,7 @@ def state(index: SearchIndex) -> tuple[object, ...]:
         list(index._sig),
         list(index._imp),
         list(index._blk_ts),
+        list(index._blk_len),
     )
 
 

@@ -160,6 +160,7 @@ def index_state(index: SearchIndex) -> tuple[object, ...]:
         list(index._sig),
         list(index._imp),
         list(index._blk_ts),
+        list(index._blk_len),
     )
 
 
@@ -1011,3 +1012,92 @@ def test_build_derives_the_2_grams_like_adding_them_even_around_edge_markers() -
     assert index_state(built) == index_state(idx)
     for q in ["\x02a", "a\x02", "ab", "b\x02", "\x03\x02", "x\x03", "a", "\x02"]:
         assert_like_reference(built, msgs, q, 10)
+
+
+# -- word-boundary grams and the long-phrase block bound (issue 13) -------------------------
+
+
+_WORDISH = st.text(
+    alphabet=st.sampled_from([*"ab_1 -.,\x01\x02\x00", "\u00e9", "\u0301", "設", "ก", "Ⅻ", "🎉"]),
+    max_size=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_WORDISH)
+def test_text_words_are_the_runs_of_word_characters(text: str) -> None:
+    from convmem_engine.index.search_index import _text_words, fold
+
+    runs: list[str] = []
+    cur = ""
+    for c in fold(text):
+        if ref_word_char(c):
+            cur += c
+        elif cur:
+            runs.append(cur)
+            cur = ""
+    if cur:
+        runs.append(cur)
+    assert _text_words(fold(text)) == runs
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_WORDISH, min_size=1, max_size=30), st.lists(_WORDISH, min_size=1, max_size=8))
+def test_word_boundary_grams_find_what_the_reference_finds(
+    texts: list[str], queries: list[str]
+) -> None:
+    """Short random texts and queries of word pieces, separators, marks and the word-gram
+    marker's own code point: the same results as the reference, and the batch build makes the
+    same grams as adding."""
+    messages = [
+        msg(i, t, tags=(texts[(i + 1) % len(texts)],) if i % 3 == 0 else ())
+        for i, t in enumerate(texts)
+    ]
+    idx, msgs = build(messages)
+    built = SearchIndex()
+    assert built.build(messages)
+    assert index_state(built) == index_state(idx)
+    for q in [*queries, *texts[:3], "ab ab", "ab", "a_b", "\x01ab\x01"]:
+        if q.strip():
+            assert_like_reference(idx, msgs, q, 3)
+
+
+def test_long_phrases_skip_only_blocks_of_shorter_fields() -> None:
+    """Phrases longer than 32 code points: pass 1 reads only blocks (256 documents) whose
+    longest field ever indexed can hold them; fields grown by replace(), long summaries and
+    tags, removed documents and a decoded search.idx keep the bound right."""
+    from convmem_engine.index import search_file
+
+    long_text = " ".join(["the"] * 20)  # 79 code points
+    messages = [msg(i, "the the other " + str(i)) for i in range(900)]
+    messages[300] = msg(300, "x " + long_text + " y")
+    messages[301] = msg(301, "short", summary=long_text)
+    messages[650] = msg(650, "short too", tags=("a", long_text + ", then"))
+    idx, msgs = build(messages)
+    queries = [long_text, long_text[:40], long_text + " y", "the " + long_text, long_text[:-1]]
+    for q in queries:
+        assert_like_reference(idx, msgs, q, 20)
+    # A short message of block 0 made long, one of block 2 removed.
+    new = msg(5, long_text.upper() + " x")
+    idx.replace(msgs[new.message_id], new)
+    msgs[new.message_id] = new
+    idx.remove(msgs.pop(messages[650].message_id))
+    for q in queries:
+        assert_like_reference(idx, msgs, q, 20)
+        assert_like_reference(idx, msgs, q, 2)
+    blob = b"".join(search_file.encode(idx))
+    pos = 0
+
+    def read(n: int) -> bytes:
+        nonlocal pos
+        pos += n
+        if pos > len(blob):
+            raise ValueError("short")
+        return blob[pos - n : pos]
+
+    loaded = search_file.decode(
+        read, lambda raws: [msgs[r].message_id if r else None for r in raws]
+    )
+    assert index_state(loaded) == index_state(idx)
+    for q in queries:
+        assert_like_reference(loaded, msgs, q, 20)
