@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 CLIENT_FIELD_MAX: Final = 100
 """Characters kept of a client's self-reported name or version (it is shown, not trusted)."""
+QUIET_SECONDS: Final = 0.1
+"""A client counts as active for this long after its last request (see `alone`)."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,8 @@ class ClientRegistry:
         self._clients: dict[int, _Entry] = {}
         self._ids = itertools.count(1)
         self._listeners: list[Callable[[], None]] = []
+        # the last request's client and time, then the last of another client before it
+        self._recent: list[tuple[int, float]] = []
 
     def connect(self, transport: str) -> ClientHandle:
         now = self._clock()
@@ -147,9 +151,14 @@ class ClientRegistry:
                 return len(self._clients)
             return sum(1 for c in self._clients.values() if c.transport == transport)
 
-    def alone(self) -> bool:
-        """True while at most one client is connected (a session then holds up no other)."""
-        return len(self._clients) <= 1  # (one read of a dict's size: no lock needed)
+    def alone(self, client_id: int) -> bool:
+        """True when no other client has made a request in the last `QUIET_SECONDS`: a
+        request of `client_id` served on the engine loop then holds up no other client's
+        (hosts that stay connected but idle do not count; with several hosts writing at once
+        their calls keep running in worker threads, sharing fsyncs)."""
+        with self._lock:
+            other = next((t for cid, t in self._recent if cid != client_id), None)
+        return other is None or self._clock() - other >= QUIET_SECONDS
 
     def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call `callback()` (on the session's thread) when a client connects, says who it is,
@@ -177,6 +186,11 @@ class ClientRegistry:
             if count:
                 entry.requests += 1
                 entry.last = now
+                recent = self._recent
+                if recent and recent[0][0] == client_id:
+                    recent[0] = (client_id, now)
+                else:
+                    self._recent = [(client_id, now), *recent[:1]]
             if name and (name, version or "") != (entry.name, entry.version):
                 entry.name, entry.version = name, version or ""
                 identified = True

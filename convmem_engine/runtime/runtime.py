@@ -324,17 +324,17 @@ class Runtime:
                 send,
                 on_request=handle.observe,
                 max_line_bytes=self.max_line_bytes,
-                inline=self._holds_up_nobody,
+                inline=lambda: self._holds_up_nobody(handle.client_id),
             )
         finally:
             CURRENT_CLIENT.reset(token)
             handle.close()
 
-    def _holds_up_nobody(self) -> bool:
+    def _holds_up_nobody(self, client_id: int) -> bool:
         """Whether a session's write may run on the engine loop (fast_call.py, "One call
-        alone"): it is the only connected client and no HTTP listener shares the loop (HTTP
-        requests are not clients)."""
-        return self.clients.alone() and not any(
+        alone"): no other client is active (`ClientRegistry.alone`) and no HTTP listener
+        shares the loop (HTTP requests are not clients)."""
+        return self.clients.alone(client_id) and not any(
             listener.transport == "http" for listener in self._listeners
         )
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import mcp_types as types
 import pytest
 
 from convmem_engine.domain.errors import BusyError
@@ -25,6 +26,7 @@ from convmem_engine.runtime import (
     StdioListener,
 )
 from convmem_engine.runtime.activity import ActivityLog
+from convmem_engine.runtime.clients import QUIET_SECONDS
 from convmem_engine.service import MemoryService
 
 
@@ -226,9 +228,9 @@ def test_clients_over_a_real_socket(runtime: Runtime) -> None:
 def test_the_only_clients_writes_run_on_the_loop_and_keep_their_client(
     runtime: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A write alone in the runtime's only session is served on the engine loop (no worker
-    thread: fast_call.py, "One call alone"); with a second client connected, writes go to
-    worker threads again. Either way the change is the writing client's."""
+    """A write of the runtime's only active client is served on the engine loop (no worker
+    thread: fast_call.py, "One call alone"); right after another client's request, it goes
+    to a worker thread again. Either way the change is the writing client's."""
     threads: list[str] = []
     answer = fast_call.FastCallSession._answer
 
@@ -336,15 +338,28 @@ def test_a_second_stop_with_no_grace_forces_the_listeners(runtime: Runtime) -> N
 
 def test_registry_counts_by_transport() -> None:
     registry = ClientRegistry(clock=lambda: 5.0)
-    assert registry.alone()
     a = registry.connect("pipe")
-    assert registry.alone()  # one session: its writes may run on the loop (fast_call.py)
     b = registry.connect("http")
-    assert not registry.alone()
     assert (registry.count(), registry.count("pipe"), registry.count("stdio")) == (2, 1, 0)
     a.identify("host", "1")
     assert registry.clients()[0].name == "host" and registry.clients()[0].requests == 0
     a.close()
     a.close()
-    assert registry.count() == 1 and registry.alone()
+    assert registry.count() == 1
     b.close()
+
+
+def test_a_client_is_alone_while_no_other_made_a_request_lately() -> None:
+    """`alone`: whether a session's write may run on the engine loop (fast_call.py)."""
+    now = [100.0]
+    registry = ClientRegistry(clock=lambda: now[0])
+    a, b = registry.connect("pipe"), registry.connect("pipe")
+    assert registry.alone(a.client_id) and registry.alone(b.client_id)  # connected, idle
+    ping = types.JSONRPCRequest(jsonrpc="2.0", id=1, method="ping")
+    a.observe(ping)
+    assert registry.alone(a.client_id) and not registry.alone(b.client_id)
+    b.observe(ping)
+    a.observe(ping)  # the last request of another client is remembered behind a's
+    assert not registry.alone(a.client_id) and not registry.alone(b.client_id)
+    now[0] += 2 * QUIET_SECONDS
+    assert registry.alone(a.client_id) and registry.alone(b.client_id)
