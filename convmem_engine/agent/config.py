@@ -18,8 +18,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-import yaml
-
 from convmem_engine.agent import files
 
 CONFIG_FILE: Final = "agent.yaml"
@@ -201,6 +199,8 @@ def _get(data: Mapping[str, Any], key: str) -> Any:
 
 def parse_config(text: str, path: str = CONFIG_FILE) -> AgentConfig:
     """Parse the YAML text of `agent.yaml`; `AgentConfigError` names the broken key."""
+    import yaml  # here: a data dir without agent.yaml (the default) never needs it
+
     r = _Reader(path)
     try:
         data = yaml.safe_load(text)
@@ -320,6 +320,8 @@ def to_yaml(config: AgentConfig) -> str:
         },
         "tools": {"allow_delete": config.allow_delete, "allow_rebuild": config.allow_rebuild},
     }
+    import yaml
+
     header = "# ConvMem memory agent settings; every key is described in the README.\n"
     return header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
 

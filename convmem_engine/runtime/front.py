@@ -1,27 +1,53 @@
-"""The stdio front of `convmem serve`: the handshake answered before the SDK and the store load.
+"""The stdio front of `convmem serve`: the first answers, before the SDK is even imported.
 
-Standard library only, so it runs a few tens of milliseconds after the process starts. Once the
-data dir's lock is held (`Runtime.open(on_locked=...)`), `StdioFront.start()` reads stdin on a
-thread of its own, keeps every byte it reads, and answers the session's first request when it
-is a handshake it is sure about: `initialize` (the handshake eras, 2025-11-25 and older) or
-`server/discover` (2026-07-28). The answer is the SDK server's own answer to that request, byte
-for byte: the bytes come from `handshake_answers` (generated from the real server by
-`scripts/gen_handshake_answers.py`; tests/runtime/test_front.py proves them identical to what the
-live SDK answers, for every protocol version and every request shape the front accepts).
-Anything the front is not sure about (another method, params it does not know, an unusual id,
-an escape sequence, a line that is not the first request) it leaves to the SDK: that request
-then waits for the runtime like every other one.
+Standard library only (no SDK, no pydantic), so it runs a few tens of milliseconds after the
+process starts. Once the data dir's lock is held
+(`Runtime.open(on_locked=...)`), `StdioFront.start()` reads stdin on a thread of its own and
+answers the session's first request when it is a handshake it is sure about: `initialize` (the
+handshake eras, 2025-11-25 and older) or `server/discover` (2026-07-28). The answer is the SDK
+server's own answer to that request, byte for byte: the bytes come from `handshake_answers`
+(generated from the real server by `scripts/gen_handshake_answers.py`;
+tests/mcp/test_mcp_serve_front.py proves them identical to what the live SDK answers, for every
+protocol version and every request shape the front accepts). Anything the front is not sure
+about (another method, params it does not know, an unusual id, an escape sequence) it leaves to
+the SDK: that request then waits for the runtime like every other one.
 
-When the runtime is running, `StdioListener` takes the stream over (`handover`): the session
-reads every byte the front kept, in order (including the request the front answered, so the
-SDK's session state is exactly as if it had answered it), then the rest of stdin. The SDK's
-answer to the request the front already answered is swallowed by id (`wrap_send`), so the host
-sees one answer per request. Tool calls that arrive before the handover wait for it: they are
-never refused because the store is still opening.
+After a handshake it answered, and unless `CONVMEM_FRONT_CALLS=0` (or `--http`: the HTTP
+listener may still fail to start), the front goes on answering the requests that follow, one at
+a time and in order, on a worker thread, while the store opens and the SDK loads:
+
+- `tools/list` and `ping`: the SDK's answer for the session's protocol version (the negotiated
+  one; on 2026-07-28 the request's envelope), from `handshake_answers` (`tools/list` at once when
+  the data dir has no `agent.yaml`, i.e. the agent is off; else once the agent part has started
+  and says it is off);
+- `tools/call` for a memory tool, once the service is open and the parts have started
+  (`serve_tools`): `ToolRegistry.result`, shaped byte for byte as the SDK shapes it (the bytes
+  around the result's text come from the generated answers; the text is encoded as the SDK's
+  serialiser encodes it);
+- `notifications/initialized` (and any other notification but a cancellation) is kept for the
+  SDK; `notifications/cancelled` for a call the front took is honoured as the SDK honours it
+  (a call cancelled before its answer is written is never answered) and not passed on.
+
+Only plainly valid requests go this way (parsed by the standard library: for these lines it
+gives what the SDK's parser gives): the envelope `{"jsonrpc", "id", "method", "params"}`
+exactly, an id the SDK writes back the same way, params of the known shapes (on 2026-07-28 the
+envelope's protocol version, client info and capabilities in the shapes the handshake check
+accepts), a memory tool's name and an arguments object (the tool itself checks the arguments,
+as under the SDK). The first request that is anything else (an agent tool, an unknown tool, a
+cursor, a progress token, a batch, a line the SDK's parser refuses, a line over
+`LINE_BYTES`...) ends the front's answering: it and everything after it wait for the SDK.
+
+When the runtime is running, `StdioListener` takes the stream over (`handover`) after the
+front has finished the request it is serving (`stop_answering`): the session reads the bytes
+the front kept, in order (the handshake it answered, the notifications, and every request it
+did not answer, so the SDK's session state is exactly as if it had answered the handshake),
+then the rest of stdin. Requests the front answered are never passed on: each is answered
+once. The SDK's answer to the handshake the front already answered is swallowed by id
+(`wrap_send`).
 
 When the open fails after the lock was taken (a corrupt store, a broken agent.yaml), `fail`
-answers each request read so far (except the one the front answered) with a JSON-RPC error
-saying why, before `convmem serve` exits with its usual status and stderr line.
+answers each request read so far that the front did not answer with a JSON-RPC error saying
+why, before `convmem serve` exits with its usual status and stderr line.
 """
 
 from __future__ import annotations
@@ -31,13 +57,18 @@ import logging
 import os
 import re
 import threading
+from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from convmem_engine.runtime import handshake_answers as answers
 
 if TYPE_CHECKING:
     import asyncio
+
+    from convmem_engine.tools import ToolRegistry
 
 logger = logging.getLogger(__name__)
 
@@ -50,10 +81,17 @@ PRE_HANDOVER_BYTES: Final = 1024 * 1024
 writes then block: back-pressure, as the session's own in-flight cap gives later)."""
 FIRST_LINE_BYTES: Final = 64 * 1024
 """A first line longer than this is not a handshake the front answers."""
+LINE_BYTES: Final = 256 * 1024
+"""After the handshake: a request line longer than this ends the front's answering."""
 INTERNAL_ERROR: Final = -32603
+ENV_SWITCH: Final = "CONVMEM_FRONT_CALLS"
+"""`0` keeps the front to the handshake: every later request waits for the SDK."""
+AGENT_CONFIG: Final = "agent.yaml"
+"""(`agent.config.CONFIG_FILE`, not imported here.) Without it the agent is off."""
 
 _BOM: Final = b"\xef\xbb\xbf"
 _PLAIN_STRING_ID = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _MAX_INT_ID: Final = 2**53
 
 Send = Callable[[bytes], Awaitable[None]]
@@ -138,7 +176,7 @@ def _known_capabilities(value: object, *, modern: bool) -> bool:
     return True
 
 
-def _initialize_answer(params: object) -> bytes | None:
+def _initialize_answer(params: object) -> tuple[bytes, str] | None:
     if not isinstance(params, dict) or params.keys() != {
         "protocolVersion",
         "capabilities",
@@ -152,13 +190,14 @@ def _initialize_answer(params: object) -> bytes | None:
         return None
     if not _known_capabilities(params["capabilities"], modern=False):
         return None
-    return answers.INITIALIZE.get(version, answers.INITIALIZE[answers.LATEST_HANDSHAKE_VERSION])
+    if version not in answers.INITIALIZE:  # the server counter-offers its latest
+        version = answers.LATEST_HANDSHAKE_VERSION
+    return answers.INITIALIZE[version], version
 
 
-def _discover_answer(params: object) -> bytes | None:
-    if not isinstance(params, dict) or params.keys() != {"_meta"}:
-        return None
-    meta = params["_meta"]
+def _envelope_version(meta: object) -> str | None:
+    """The protocol version of a 2026-07-28 `_meta` envelope in a shape the SDK is known to
+    accept (the version, the client capabilities, optionally the client info); else None."""
     version_key, info_key, capabilities_key = answers.ENVELOPE_KEYS
     if not isinstance(meta, dict) or not {version_key, capabilities_key} <= meta.keys() <= {
         version_key,
@@ -175,12 +214,33 @@ def _discover_answer(params: object) -> bytes | None:
         return None
     if not _known_capabilities(meta[capabilities_key], modern=True):
         return None
-    return answers.DISCOVER[version]
+    return version
 
 
-def answer_for(line: bytes) -> tuple[bytes, bytes] | None:
-    """(the id as written back, the complete answer line) when `line`, as the first request of
-    a session, is a handshake whose SDK answer the front knows byte for byte; else None."""
+def _discover_answer(params: object) -> tuple[bytes, str] | None:
+    if not isinstance(params, dict) or params.keys() != {"_meta"}:
+        return None
+    version = _envelope_version(params["_meta"])
+    if version is None:
+        return None
+    return answers.DISCOVER[version], version
+
+
+@dataclass(frozen=True, slots=True)
+class Handshake:
+    """A first request the front answers: the id as written back, the answer line, the era
+    ("legacy" after `initialize`, "modern" after `server/discover`) and the protocol version
+    (the negotiated one; for "modern" the discover request's)."""
+
+    request_id: bytes
+    answer: bytes
+    era: str
+    version: str
+
+
+def handshake_for(line: bytes) -> Handshake | None:
+    """The handshake on `line`, as the first request of a session, when the front knows the
+    SDK's answer byte for byte; else None."""
     line = line.strip()
     if line.startswith(_BOM) or not line.startswith(b"{") or b"\\" in line:
         return None  # escapes may be read differently by the SDK's parser: leave them to it
@@ -197,34 +257,229 @@ def answer_for(line: bytes) -> tuple[bytes, bytes] | None:
         return None
     method = value["method"]
     if method == "initialize":
-        tail = _initialize_answer(value["params"])
+        found = _initialize_answer(value["params"])
+        era = "legacy"
     elif method == "server/discover":
-        tail = _discover_answer(value["params"])
+        found = _discover_answer(value["params"])
+        era = "modern"
     else:
         return None
-    if tail is None:
+    if found is None:
         return None
-    return request_id, b'{"jsonrpc":"2.0","id":' + request_id + tail
+    tail, version = found
+    return Handshake(request_id, b'{"jsonrpc":"2.0","id":' + request_id + tail, era, version)
+
+
+def answer_for(line: bytes) -> tuple[bytes, bytes] | None:
+    """(the id as written back, the complete answer line) when `line`, as the first request of
+    a session, is a handshake whose SDK answer the front knows byte for byte; else None."""
+    found = handshake_for(line)
+    return None if found is None else (found.request_id, found.answer)
+
+
+# ---- what the front answers after the handshake ----------------------------------------------
+
+
+def enabled_by_environment() -> bool:
+    return os.environ.get(ENV_SWITCH, "1").strip() not in {"0", "false", "no", "off"}
+
+
+def _id_key(value: str | int) -> str | int:
+    """The id as the SDK correlates it ("7" and 7 are one id: `coerce_request_id`)."""
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What the front does with one line after the handshake.
+
+    kind: "keep" (pass it on to the SDK, go on), "sdk" (pass it and everything after it on),
+    "answer" (write `answer`), "list" (write the `tools/list` answer of `version`), "call"
+    (run the memory tool `name` with `arguments`), "cancel" (a cancellation of `key`)."""
+
+    kind: str
+    request_id: bytes = b""
+    key: str | int = 0
+    answer: bytes = b""
+    version: str = ""
+    name: str = ""
+    arguments: dict[str, Any] | None = None
+    raw_id: str | int = 0
+
+
+KEEP: Final = Plan("keep")
+TO_SDK: Final = Plan("sdk")
+
+
+def _notification_plan(body: dict[str, Any]) -> Plan:
+    if not body.keys() <= {"jsonrpc", "method", "params"} or body.get("jsonrpc") != "2.0":
+        return TO_SDK
+    if body.get("method") != "notifications/cancelled":
+        return KEEP  # (initialized, ...): the SDK sees it as if the front had not been there
+    params = body.get("params")
+    if not isinstance(params, dict) or not params.keys() <= {"requestId", "reason"}:
+        return TO_SDK
+    target = params.get("requestId")
+    if isinstance(target, bool) or not isinstance(target, str | int):
+        return TO_SDK
+    if "reason" in params and not isinstance(params["reason"], str):
+        return TO_SDK
+    return Plan("cancel", key=_id_key(target))
+
+
+_MAX_DEPTH: Final = 64
+
+
+def _plain_value(value: object, depth: int = 0) -> bool:
+    """Every string valid Unicode (no lone surrogate) and nesting at most `_MAX_DEPTH` deep:
+    then the standard library's parser gives exactly what the SDK's (pydantic_core's) gives
+    (they differ only there, and on NaN/Infinity, which `_loads` refuses)."""
+    if isinstance(value, str):
+        return not _SURROGATE.search(value)
+    if depth >= _MAX_DEPTH:
+        return False
+    if isinstance(value, dict):
+        return all(_plain_value(k, depth) and _plain_value(v, depth + 1) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_plain_value(item, depth + 1) for item in value)
+    return True
+
+
+def _refuse_constant(name: str) -> object:
+    raise ValueError(name)  # NaN, Infinity: Python's extensions, refused by the SDK's parser
+
+
+def plan_for(line: bytes, era: str, version: str) -> Plan:
+    """What the front does with `line` (a complete line, read after the handshake it answered
+    with `era` and `version`)."""
+    stripped = line.strip()
+    if not stripped:
+        return KEEP
+    if stripped.startswith(_BOM):
+        return TO_SDK
+    try:
+        body = json.loads(stripped.decode("utf-8"), parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):  # (UnicodeDecodeError is a ValueError)
+        return TO_SDK  # the SDK's own rare paths answer it
+    if not _plain_value(body):
+        return TO_SDK
+    if not isinstance(body, dict):
+        return TO_SDK
+    if "id" not in body:
+        return _notification_plan(body)
+    if body.keys() not in ({"jsonrpc", "id", "method", "params"}, {"jsonrpc", "id", "method"}):
+        return TO_SDK
+    raw_id = body["id"]
+    request_id = _plain_id(raw_id)
+    if body["jsonrpc"] != "2.0" or request_id is None:
+        return TO_SDK
+    has_params = "params" in body
+    params = body.get("params")
+    if has_params and type(params) is not dict:
+        return TO_SDK
+    rest: dict[str, Any] = dict(params or {})
+    if era == "modern":
+        version = _envelope_version(rest.pop("_meta", None)) or ""
+        if not version:
+            return TO_SDK
+    elif "_meta" in rest:
+        return TO_SDK  # a progress token, or the 2026 envelope the SDK refuses here
+    method = body["method"]
+    if method == "ping" and not rest:
+        return Plan("answer", request_id, answer=answers.PING[version])
+    if method == "tools/list" and not rest:
+        return Plan("list", request_id, version=version)
+    if method != "tools/call" or not has_params:
+        return TO_SDK
+    name = rest.pop("name", None)
+    arguments = rest.pop("arguments", {})
+    if rest or type(name) is not str or type(arguments) is not dict:
+        return TO_SDK
+    key = _id_key(raw_id)
+    return Plan(
+        "call", request_id, key, version=version, name=name, arguments=arguments, raw_id=raw_id
+    )
+
+
+def _json_text(text: str) -> bytes:
+    """`text` as a JSON string, as the SDK's serialiser (pydantic_core) writes it: the same
+    bytes as the standard library's with ensure_ascii off, for every string that is valid
+    Unicode (tests/mcp/test_mcp_serve_front.py checks every code point); a string with a lone
+    surrogate is escaped, as the line transport's fallback writes it."""
+    encoded = json.dumps(text, ensure_ascii=False)
+    try:
+        return encoded.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(text).encode()
+
+
+def call_answer(plan: Plan, text: str, is_error: bool) -> bytes:
+    """The SDK's answer line to the `tools/call` of `plan` whose result is (text, is_error)."""
+    before, after = answers.TOOL_RESULT[(plan.version, is_error)]
+    return b'{"jsonrpc":"2.0","id":' + plan.request_id + before + _json_text(text) + after
+
+
+def call_failure(plan: Plan, exc: Exception) -> bytes:
+    """What the SDK answers when the tool's handler raises something `result` did not map."""
+    if plan.version in answers.DISCOVER:
+        error: dict[str, Any] = {"code": INTERNAL_ERROR, "message": "Internal server error"}
+    else:
+        error = {"code": 0, "message": str(exc)}
+    body = {"jsonrpc": "2.0", "id": plan.raw_id, "error": error}
+    encoded = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return encoded.encode("utf-8") + b"\n"
+    except UnicodeEncodeError:
+        return json.dumps(body, separators=(",", ":")).encode() + b"\n"
 
 
 # ---- the stream -----------------------------------------------------------------------------
 
 
 class StdioFront:
-    """Reads `in_fd` from `start()` on; answers the first request when it can; keeps every
-    byte for the session that takes over (`handover`), or answers with errors (`fail`)."""
+    """Reads `in_fd` from `start()` on; answers the first request when it can, then the plain
+    requests that follow (see the module doc) until the SDK takes over; keeps every byte it
+    does not answer for the session that takes over (`handover`), or answers with errors
+    (`fail`)."""
 
-    def __init__(self, in_fd: int, out_fd: int) -> None:
+    def __init__(
+        self,
+        in_fd: int,
+        out_fd: int,
+        *,
+        data_dir: Path | None = None,
+        answer_requests: bool | None = None,
+    ) -> None:
         self.in_fd = in_fd
         self.out_fd = out_fd
+        self._data_dir = data_dir
+        self._answer_requests = (
+            enabled_by_environment() if answer_requests is None else answer_requests
+        )
         self._cond = threading.Condition()
-        self._kept: list[bytes] = []  # every chunk read before the handover, in order
-        self._kept_bytes = 0
+        self._kept: list[bytes] = []  # the bytes the SDK will read, in order
+        self._held = 0  # bytes read and not yet answered or handed over (the read-ahead cap)
         self._eof = False
         self._first = bytearray()  # the input up to the first non-blank line's newline
-        self._decided = False  # the first request was looked at (answered or left to the SDK)
         self._answered: tuple[bytes, bytes] | None = None  # (id prefix, answer line)
         self._state = "new"  # new -> reading -> handed / failed
+        self._mode = "first"  # first -> lines (answering plain requests) -> keep
+        self._lines: deque[bytes] = deque()  # complete lines the worker has not taken yet
+        self._partial = bytearray()  # an incomplete line (lines mode)
+        self._busy = False  # the worker is answering a line it took
+        self._era = ""
+        self._version = ""
+        self._tools: ToolRegistry | None = None
+        self._tools_known = False  # serve_tools was called (the registry, or None: no calls)
+        self._list_static: bool | None = None  # tools/list is the generated one (agent off)
+        self._handled: set[str | int] = set()  # ids of the calls the front took
+        self.answered = 0
+        """Requests the front answered after the handshake (for the log and the tests)."""
         self._deliver: Callable[[bytes, bool], object] | None = None
         self._slots = threading.Semaphore(READ_AHEAD_CHUNKS)
         self._thread = threading.Thread(target=self._run, name="convmem-stdin", daemon=True)
@@ -235,6 +490,10 @@ class StdioFront:
             if self._state != "new":
                 return
             self._state = "reading"
+            if self._data_dir is not None and not os.path.lexists(
+                os.path.join(self._data_dir, AGENT_CONFIG)
+            ):
+                self._list_static = True  # no agent.yaml: the agent is off
         self._thread.start()
 
     # -- the reader thread ---------------------------------------------------------------
@@ -242,7 +501,7 @@ class StdioFront:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while self._state == "reading" and self._kept_bytes >= PRE_HANDOVER_BYTES:
+                while self._state == "reading" and self._held >= PRE_HANDOVER_BYTES:
                     self._cond.wait()
                 if self._state == "failed":
                     return
@@ -255,7 +514,7 @@ class StdioFront:
                 chunk = b""
             with self._cond:
                 if self._state == "reading":
-                    self._keep(chunk)
+                    self._read(chunk)
                     if not chunk:
                         return
                     continue
@@ -270,50 +529,214 @@ class StdioFront:
             if not chunk:
                 return
 
-    def _keep(self, chunk: bytes) -> None:
-        """(Holding the lock.) Keep a chunk read before the handover; answer the first
-        request once its line is complete, if the front knows the answer."""
+    def _read(self, chunk: bytes) -> None:
+        """(Holding the lock.) Take a chunk read before the handover."""
+        self._cond.notify_all()
         if not chunk:
             self._eof = True
             return
-        self._kept.append(chunk)
-        self._kept_bytes += len(chunk)
-        if self._decided:
-            return
+        self._held += len(chunk)
+        if self._mode == "keep":
+            self._kept.append(chunk)
+        elif self._mode == "lines":
+            self._take_lines(chunk)
+        else:
+            self._first_line(chunk)
+
+    def _first_line(self, chunk: bytes) -> None:
+        """(Holding the lock.) Answer the first request once its line is complete, if the
+        front knows the answer."""
         self._first += chunk
+        start = 0
         while True:
-            newline = self._first.find(b"\n")
+            newline = self._first.find(b"\n", start)
             if newline < 0:
                 if len(self._first) > FIRST_LINE_BYTES:
-                    self._decided = True
+                    self._to_keep()
                 return
-            line = bytes(self._first[:newline])
-            del self._first[: newline + 1]
+            line = bytes(self._first[start:newline])
+            start = newline + 1
             if line.strip():
                 break  # the first line the session will not skip as blank
-        self._decided = True
+        self._kept.append(bytes(self._first[:start]))
+        rest = bytes(self._first[start:])
         self._first.clear()
-        found = answer_for(line)
+        found = handshake_for(line)
         if found is None:
+            self._to_keep(rest)
             return
-        request_id, answer = found
         try:
-            _write_all(self.out_fd, answer)
+            _write_all(self.out_fd, found.answer)
         except OSError as exc:  # the host is gone: the session will find out
             logger.debug("front: stdout closed: %s", type(exc).__name__)
+            self._to_keep(rest)
             return
-        self._answered = (b'{"jsonrpc":"2.0","id":' + request_id + b",", answer)
+        self._answered = (b'{"jsonrpc":"2.0","id":' + found.request_id + b",", found.answer)
         logger.debug("front: answered the handshake before the runtime was ready")
+        if not self._answer_requests:
+            self._to_keep(rest)
+            return
+        self._era, self._version = found.era, found.version
+        self._mode = "lines"
+        threading.Thread(target=self._work, name="convmem-front", daemon=True).start()
+        if rest:
+            self._take_lines(rest)
+
+    def _take_lines(self, chunk: bytes) -> None:
+        """(Holding the lock, lines mode.) Queue the complete lines for the worker."""
+        self._partial += chunk
+        start = 0
+        while (newline := self._partial.find(b"\n", start)) >= 0:
+            self._lines.append(bytes(self._partial[start : newline + 1]))
+            start = newline + 1
+        del self._partial[:start]
+        if len(self._partial) > LINE_BYTES:
+            self._to_keep()
+
+    def _to_keep(self, rest: bytes = b"") -> None:
+        """(Holding the lock.) From here on every byte goes to the SDK: the lines not yet
+        answered, the incomplete one, `rest`, and whatever is read next."""
+        self._mode = "keep"
+        self._kept.extend(self._lines)
+        self._lines.clear()
+        for pending in (bytes(self._first), bytes(self._partial), rest):
+            if pending:
+                self._kept.append(pending)
+        self._first.clear()
+        self._partial.clear()
+        self._cond.notify_all()
+
+    # -- the worker: answering the requests after the handshake --------------------------
+
+    def serve_tools(self, registry: ToolRegistry | None, *, agent_enabled: bool) -> None:
+        """The service is open and the parts have started: tool calls may be answered through
+        `registry` (the memory tools; None: no calls), and `tools/list` is the generated one
+        unless the agent is on."""
+        with self._cond:
+            self._tools = registry
+            self._tools_known = True
+            self._list_static = not agent_enabled
+            self._cond.notify_all()
+
+    def wait_idle(self, timeout: float) -> None:
+        """Wait (up to `timeout` seconds) until the front has answered every request it has
+        read, or has stopped answering (the SDK is imported after: it would slow them)."""
+        with self._cond:
+            self._cond.wait_for(
+                lambda: (
+                    self._mode != "lines"
+                    or self._state != "reading"
+                    or (not self._lines and not self._busy)
+                ),
+                timeout,
+            )
+
+    def stop_answering(self) -> None:
+        """End the front's answering: wait for the request being answered, then keep every
+        byte for the SDK (called before the hand-over)."""
+        with self._cond:
+            if self._mode == "lines":
+                self._to_keep()
+            self._cond.wait_for(lambda: not self._busy)
+
+    def _work(self) -> None:
+        try:
+            while self._answer_next():
+                pass
+        except Exception:  # never leave a request unanswered: the SDK gets it
+            logger.exception("front: answering failed; the SDK takes the requests")
+            with self._cond:
+                self._busy = False
+                if self._mode == "lines":
+                    self._to_keep()
+
+    def _answering(self) -> bool:
+        return self._mode == "lines" and self._state == "reading"
+
+    def _answer_next(self) -> bool:
+        """Answer (or keep) the next line; False when the front's answering is over."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self._answering() or bool(self._lines))
+            if not self._answering():
+                return False
+            line = self._lines[0]
+        plan = plan_for(line, self._era, self._version)
+        with self._cond:
+            if plan.kind == "call" or (plan.kind == "list" and self._list_static is None):
+                self._cond.wait_for(lambda: not self._answering() or self._tools_known)
+            if not self._answering():
+                return False
+            if (
+                plan.kind == "sdk"
+                or (plan.kind == "list" and not self._list_static)
+                or (plan.kind == "call" and (self._tools is None or plan.name not in self._tools))
+            ):
+                self._to_keep()
+                return False
+            self._lines.popleft()
+            if plan.kind == "keep" or (plan.kind == "cancel" and plan.key not in self._handled):
+                self._kept.append(line)
+                return True
+            self._held -= len(line)
+            self._cond.notify_all()
+            if plan.kind == "cancel":  # of a call the front took: answered, or never will be
+                return True
+            if plan.kind == "call":
+                self._handled.add(plan.key)
+                if self._cancelled(plan.key):
+                    return True
+            self._busy = True
+        try:
+            if plan.kind == "call":
+                out = self._call(plan)
+            elif plan.kind == "list":
+                out = b'{"jsonrpc":"2.0","id":' + plan.request_id + answers.TOOLS_LIST[plan.version]
+            else:
+                out = b'{"jsonrpc":"2.0","id":' + plan.request_id + plan.answer
+            with self._cond:
+                if plan.kind == "call" and self._cancelled(plan.key):
+                    return True
+            try:
+                _write_all(self.out_fd, out)
+            except OSError as exc:
+                logger.debug("front: stdout closed: %s", type(exc).__name__)
+            self.answered += 1
+        finally:
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+        return True
+
+    def _cancelled(self, key: str | int) -> bool:
+        """(Holding the lock.) A cancellation of `key` is among the lines read after it."""
+        for line in self._lines:
+            if b"notifications/cancelled" in line:
+                plan = plan_for(line, self._era, self._version)
+                if plan.kind == "cancel" and plan.key == key:
+                    return True
+        return False
+
+    def _call(self, plan: Plan) -> bytes:
+        tools = self._tools
+        assert tools is not None and plan.arguments is not None
+        try:
+            result = tools.result(plan.name, plan.arguments)
+        except Exception as exc:
+            logger.error("handler for 'tools/call' raised %s", type(exc).__name__)
+            return call_failure(plan, exc)
+        return call_answer(plan, result.text, result.is_error)
 
     # -- the hand-over ---------------------------------------------------------------------
 
     def handover(self, loop: asyncio.AbstractEventLoop) -> HandedStream:
         """Give the stream to a session on `loop` (call on that loop): its `read()` yields
-        every byte the front kept, then the rest of stdin; b"" at end of input."""
+        the bytes the front kept, then the rest of stdin; b"" at end of input."""
+        self.stop_answering()
         stream = HandedStream(self._slots)
         with self._cond:
             if self._state == "failed":
                 raise RuntimeError("the front failed: there is no stream to hand over")
+            self._to_keep()
             kept, self._kept = self._kept, []
             eof = self._eof
             started = self._state != "new"
@@ -322,6 +745,8 @@ class StdioFront:
                 stream.put, chunk, slotted
             )
             self._cond.notify_all()
+        if self.answered:
+            logger.info("front: answered %d request(s) before the SDK took over", self.answered)
         for chunk in kept:
             stream.put(chunk, False)
         if eof:
@@ -360,10 +785,12 @@ class StdioFront:
 
     def fail(self, message: str) -> None:
         """The runtime will not come: answer each request read so far with an error naming
-        `message` (not the one the front answered), and stop reading."""
+        `message` (not those the front answered), and stop reading."""
+        self.stop_answering()
         with self._cond:
             if self._state in ("handed", "failed"):
                 return
+            self._to_keep()
             kept = b"".join(self._kept)
             self._kept = []
             self._state = "failed"

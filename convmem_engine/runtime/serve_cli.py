@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from mcp.server import Server
 
     from convmem_engine.agent.part import AgentPart
+    from convmem_engine.runtime.front import StdioFront
     from convmem_engine.runtime.runtime import Runtime
     from convmem_engine.service import MemoryService
 
@@ -57,6 +58,8 @@ LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 STOP_GRACE_SECONDS: Final = 5.0
 """After SIGTERM / Ctrl-C: how long requests already read may take to finish and be answered."""
 POLL_SECONDS: Final = 0.1
+FRONT_IDLE_SECONDS: Final = 2.0
+"""After the open: how long the SDK's import waits for the front to answer what it has read."""
 
 _STOP_SIGNALS: Final = tuple(
     sig
@@ -95,8 +98,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 @contextmanager
-def _counting_stop_signals() -> Iterator[list[int]]:
-    """Count stop signals (the handler only counts: the main thread acts on the count)."""
+def _counting_stop_signals(opening: list[bool] | None = None) -> Iterator[list[int]]:
+    """Count stop signals (the handler only counts: the main thread acts on the count). While
+    `opening[0]` is true (the runtime opens: nothing can stop it yet) a second signal ends the
+    process at once, as the signal's default action (every write already answered is durable)."""
     received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield received
@@ -104,6 +109,9 @@ def _counting_stop_signals() -> Iterator[list[int]]:
 
     def handler(signum: int, _frame: object) -> None:
         received.append(signum)
+        if opening is not None and opening[0] and len(received) > 1:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
 
     previous = {sig: signal.signal(sig, handler) for sig in _STOP_SIGNALS}
     try:
@@ -113,16 +121,21 @@ def _counting_stop_signals() -> Iterator[list[int]]:
             signal.signal(sig, old)
 
 
-def agent_runtime(data_dir: Path) -> tuple[Runtime, AgentPart]:
+def agent_runtime(
+    data_dir: Path, *, before_server: Callable[[MemoryService, AgentPart], None] | None = None
+) -> tuple[Runtime, AgentPart]:
     """A runtime whose parts include the memory agent's queue (`agent.yaml`), whose MCP server
     carries `agent_run`/`agent_status` and the Tasks extension, and whose sessions admit an
-    `agent_run` with the configured maximum images."""
+    `agent_run` with the configured maximum images. `before_server(service, part)` runs once
+    the service is open and the parts have started, before the server (and the SDK) loads."""
     from convmem_engine.agent.part import AgentPart
     from convmem_engine.runtime.runtime import Runtime
 
     part = AgentPart()
 
     def build(service: MemoryService) -> Server[Any]:
+        if before_server is not None:
+            before_server(service, part)
         from convmem_engine.mcp.agent_tools import build_agent_server, transport_line_limit
 
         assert part.agent is not None  # parts start before the server is built
@@ -134,14 +147,21 @@ def agent_runtime(data_dir: Path) -> tuple[Runtime, AgentPart]:
     return runtime, part
 
 
-def _preload_sdk() -> None:
-    """Import the MCP server's modules (the SDK, the tools, the agent) on a thread of its own,
-    while the opening thread replays the store: file reads, zlib and CRC release the GIL."""
-    try:
-        import convmem_engine.mcp.agent_tools
-        import convmem_engine.mcp.line_transport  # noqa: F401
-    except Exception as exc:  # the open imports them again and reports a real failure
-        logger.debug("preloading the SDK failed: %s", type(exc).__name__)
+def _front_serves_tools(front: StdioFront) -> Callable[[MemoryService, AgentPart], None]:
+    """Once the service is open and the agent part has started: the front may answer the
+    memory tools' calls (and `tools/list` when the agent is off); the SDK is imported once it
+    has answered what it has read (or after `FRONT_IDLE_SECONDS`), so as not to slow them."""
+
+    def serve_tools(service: MemoryService, part: AgentPart) -> None:
+        from convmem_engine.tools import ToolRegistry
+
+        assert part.agent is not None
+        front.serve_tools(
+            ToolRegistry.for_service(service), agent_enabled=part.agent.config.enabled
+        )
+        front.wait_idle(FRONT_IDLE_SECONDS)
+
+    return serve_tools
 
 
 def serve(data_dir: Path, http: HttpOptions | None = None) -> int:
@@ -149,52 +169,63 @@ def serve(data_dir: Path, http: HttpOptions | None = None) -> int:
     EOF or a stop signal (only a stop signal with `http.no_stdio`).
 
     Start order: the data dir's lock is taken first; from then on the stdio front
-    (`front.py`) reads stdin and answers the handshake while the SDK loads and the store opens;
-    when the runtime is running the stdio session takes the stream over (requests that came
-    meanwhile, tool calls included, are served then)."""
+    (`front.py`) reads stdin and answers the handshake, then `tools/list` and `ping`, while the
+    store opens; once it is open (and the parts have started) the front answers the memory
+    tools' calls too, and the SDK is imported when it has answered what it has read; when the
+    runtime is running the stdio session takes the stream over (the requests the front did not
+    answer are served then)."""
     from convmem_engine.runtime.front import StdioFront
 
     with private_stdout() as out_fd:  # from here on, a stray print lands on stderr
         stdio = http is None or not http.no_stdio
-        front = StdioFront(sys.stdin.fileno(), out_fd) if stdio else None
+        front = None
+        if stdio:  # with --http the HTTP listener may yet fail: no tool call before it is up
+            answer = None if http is None else False
+            front = StdioFront(
+                sys.stdin.fileno(), out_fd, data_dir=data_dir, answer_requests=answer
+            )
 
         def locked() -> None:
             if front is not None:
                 front.start()
-            threading.Thread(target=_preload_sdk, name="convmem-preload", daemon=True).start()
 
-        runtime, _agent = agent_runtime(data_dir)
-        try:
-            runtime.open(on_locked=locked)
-        except Exception as error:
-            from convmem_engine.agent import AgentConfigError
-            from convmem_engine.agent.store import AgentStoreError
-            from convmem_engine.domain.errors import BusyError, ConvMemError
+        # counted from before the open: the front may answer tool calls while it runs, and a
+        # stop signal then lets them finish and be answered as it does later
+        opening = [True]
+        with _counting_stop_signals(opening) as signals:
+            early = None if front is None else _front_serves_tools(front)
+            runtime, _agent = agent_runtime(data_dir, before_server=early)
+            try:
+                runtime.open(on_locked=locked)
+            except Exception as error:
+                from convmem_engine.agent import AgentConfigError
+                from convmem_engine.agent.store import AgentStoreError
+                from convmem_engine.domain.errors import BusyError, ConvMemError
 
-            if isinstance(error, ConvMemError):
-                status = EXIT_BUSY if isinstance(error, BusyError) else EXIT_ERROR
-                line = f"{error.code}: {data_dir}: {error.message}"
-                reason = f"{error.code}: {error.message}"
-            elif isinstance(error, AgentConfigError | AgentStoreError | OSError):
-                status = EXIT_ERROR
-                line = reason = f"agent: {error}"
-            else:
-                if front is not None:
-                    front.fail("convmem serve could not start: INTERNAL_ERROR")
-                raise
-            if front is not None:  # requests already read get an answer saying why
-                front.fail(f"convmem serve could not start: {reason}")
-            print(f"convmem serve: {line}", file=sys.stderr)
-            return status
-        over = "HTTP" if http is not None and http.no_stdio else "stdio"
-        logger.info("serving %s over %s (pid %d)", data_dir, over, os.getpid())
-        if sys.stdin.isatty() and (http is None or not http.no_stdio):
-            print(
-                "convmem serve: speaking MCP on stdin/stdout for an LLM host "
-                "(see docs/hosts.md); press Ctrl-C to stop",
-                file=sys.stderr,
-            )
-        with _counting_stop_signals() as signals:
+                if isinstance(error, ConvMemError):
+                    status = EXIT_BUSY if isinstance(error, BusyError) else EXIT_ERROR
+                    line = f"{error.code}: {data_dir}: {error.message}"
+                    reason = f"{error.code}: {error.message}"
+                elif isinstance(error, AgentConfigError | AgentStoreError | OSError):
+                    status = EXIT_ERROR
+                    line = reason = f"agent: {error}"
+                else:
+                    if front is not None:
+                        front.fail("convmem serve could not start: INTERNAL_ERROR")
+                    raise
+                if front is not None:  # requests already read get an answer saying why
+                    front.fail(f"convmem serve could not start: {reason}")
+                print(f"convmem serve: {line}", file=sys.stderr)
+                return status
+            opening[0] = False
+            over = "HTTP" if http is not None and http.no_stdio else "stdio"
+            logger.info("serving %s over %s (pid %d)", data_dir, over, os.getpid())
+            if sys.stdin.isatty() and (http is None or not http.no_stdio):
+                print(
+                    "convmem serve: speaking MCP on stdin/stdout for an LLM host "
+                    "(see docs/hosts.md); press Ctrl-C to stop",
+                    file=sys.stderr,
+                )
             if http is not None and not _start_http(runtime, http):
                 if front is not None:  # (start_http printed why on stderr)
                     front.fail("convmem serve could not start: the HTTP listener failed")
@@ -206,6 +237,8 @@ def serve(data_dir: Path, http: HttpOptions | None = None) -> int:
             else:
                 from convmem_engine.runtime.stdio_listener import StdioListener
 
+                if front is not None:
+                    front.stop_answering()  # its request in progress is answered first
                 listener = StdioListener(sys.stdin.fileno(), out_fd, front=front)
                 runtime.add_listener(listener)
                 while not signals and not listener.finished.wait(POLL_SECONDS):
