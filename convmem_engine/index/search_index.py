@@ -27,8 +27,8 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import accumulate, groupby, islice, pairwise, repeat
-from operator import add, call, neg
+from itertools import accumulate, compress, islice, pairwise, repeat
+from operator import add, call, eq, neg
 from typing import Final, TypeAlias
 
 from convmem_engine.domain.message import Message
@@ -80,6 +80,7 @@ _PRETEST_AFTER: Final = 256  # walked with a full heap of >= cap scores before t
 _BLOCK: Final = 1 << _BLOCK_SHIFT
 _CONTAINER: Final = 1 << 16  # build(): documents per container (postings.py)
 _POLL: Final = 4096  # build(): messages between two polls of `cancelled`
+_LANE_PASSES: Final = 8  # build(): importance lanes made by one pass each, up to this many
 _ARRAY_GROWS: Final = BITMAP - 1  # add(): a container this much shorter stays an array
 _START: Final = "\x02"  # edge-gram markers: field start / field end
 _END: Final = "\x03"
@@ -595,6 +596,21 @@ def _filtered(cands: Candidates, filters: list[PostingList]) -> Iterator[int]:
             yield doc
 
 
+def _lanes_of(imps: array[int]) -> dict[int, array[int]]:
+    """Importance -> its documents, ascending, for `imps` (document -> importance): one pass
+    in C per level when there are few (no list of a million ints to sort), else one loop."""
+    levels = sorted(set(imps))
+    if len(levels) <= _LANE_PASSES:
+        return {
+            level: array("I", compress(range(len(imps)), map(eq, imps, repeat(level))))
+            for level in levels
+        }
+    lanes: dict[int, array[int]] = {level: array("I") for level in levels}
+    for doc, level in enumerate(imps):
+        lanes[level].append(doc)
+    return lanes
+
+
 def _new_docs() -> array[int]:
     return array("I")
 
@@ -755,15 +771,11 @@ class SearchIndex:
         if local:
             self._add_container(post, local, start)
         del local
-        n = len(ids)
         try:
             docs = DocTable(ids)
         except ValueError:
             raise ValueError("a message_id is given twice") from None
-        self._lanes = {
-            level: array("I", group)
-            for level, group in groupby(sorted(range(n), key=imps.__getitem__), imps.__getitem__)
-        }
+        self._lanes = _lanes_of(imps)
         self._post = post
         self._singles = singles
         self._ids = ids
