@@ -182,8 +182,11 @@ document), the store's own id strings (so the index shares them), None for the "
 Raises ValueError for an id that is not a message of the state the index was written for."""
 
 
-def decode(read: Reader, resolve: Resolver) -> SearchIndex:
-    """The index the chunks of `encode` describe, its message ids given by `resolve`. Raises
+def decode(
+    read: Reader, resolve: Resolver, ids_done: Callable[[], None] | None = None
+) -> SearchIndex:
+    """The index the chunks of `encode` describe, its message ids given by `resolve`
+    (`ids_done()`, when given, is called once every id is resolved). Raises
     ValueError (or UnicodeDecodeError, ...) for bytes that are not an index of this format or
     not of this store."""
     head = HEADER.unpack(read(HEADER.size))
@@ -197,6 +200,8 @@ def decode(read: Reader, resolve: Resolver) -> SearchIndex:
     ids = _decode_ids(read(id_bytes), resolve) if n_docs else []
     if len(ids) != n_docs:
         raise ValueError("id count does not match the document count")
+    if ids_done is not None:
+        ids_done()
     docs = DocTable(ids)  # ValueError for an id indexed twice
     sig = _from_le("q", read(8 * n_docs))
     imp = _from_le("b", read(n_docs))

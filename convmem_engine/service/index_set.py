@@ -129,7 +129,14 @@ class IndexSet:
             self._search_pending = []
             self._search_thread = threading.Thread(
                 target=self._build_search,
-                args=(self.search_index, _snapshot_of(messages), saved),
+                # With a file to load, no snapshot of the messages now (16 bytes each): one
+                # is taken only if the file turns out unusable.
+                args=(
+                    self.search_index,
+                    None if saved is not None else _snapshot_of(messages),
+                    messages,
+                    saved,
+                ),
                 name="convmem-search-build",
                 daemon=True,
             )
@@ -148,11 +155,15 @@ class IndexSet:
     def _build_search(
         self,
         index: SearchIndex,
-        messages: Collection[Message],
+        snapshot: Collection[Message] | None,
+        live: Mapping[str, Message],
         saved: Callable[[], SearchIndex | None] | None = None,
     ) -> None:
-        """Background thread: load (`saved`) or index the messages live at open, then (holding
-        the write lock) the changes queued since, and declare the index ready.
+        """Background thread: load (`saved`) or index the messages live at open (`snapshot`),
+        then (holding the write lock) the changes queued since, and declare the index ready.
+        When a load gives nothing and there is no snapshot, the messages `live` now are
+        indexed instead: their snapshot is taken with the write lock held, and the changes
+        queued until then are dropped (they are in it).
 
         `stop` (at close) cuts an index build short: that index is incomplete, so it is marked
         failed (`_search_error`), never searched and never kept on disk (`persistable`). An
@@ -162,8 +173,15 @@ class IndexSet:
         loaded: SearchIndex | None = None
         try:
             loaded = saved() if saved is not None else None
-            if loaded is None and not index.build(messages, cancelled=lambda: self._search_cancel):
-                error = "search index: build stopped at close"
+            if loaded is None:
+                if snapshot is None:
+                    with self._lock.write():
+                        if index is not self.search_index:
+                            return  # replaced meanwhile (see below)
+                        snapshot = _snapshot_of(live)
+                        self._search_pending = []
+                if not index.build(snapshot, cancelled=lambda: self._search_cancel):
+                    error = "search index: build stopped at close"
         except Exception as e:  # reported by search; rebuild_index recovers
             log.exception("search index build failed")
             error = f"search index: build failed ({type(e).__name__})"
@@ -185,7 +203,7 @@ class IndexSet:
                     error = f"search index: build failed ({type(e).__name__})"
             self._search_error = error
             self._search_ready.set()
-        if len(messages) >= BACKGROUND_SEARCH_FROM:
+        if len(live) >= BACKGROUND_SEARCH_FROM:
             _freeze_heap()
 
     def wait_for_search(self, timeout: float | None = None) -> bool:

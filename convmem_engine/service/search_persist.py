@@ -104,8 +104,13 @@ class PersistedSearch:
                     out.append(one(raw))
             return out
 
+        def ids_done() -> None:
+            # Resolved: the list goes before the posting lists are read (the load's peak).
+            nonlocal order
+            order = self._order = []
+
         try:
-            index = search_file.decode(reader.read, resolve)
+            index = search_file.decode(reader.read, resolve, ids_done)
             reader.finish()
             if len(index) != self._snapshot_count:
                 raise ValueError("the index does not hold the snapshot's messages")

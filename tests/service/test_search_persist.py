@@ -198,6 +198,42 @@ def test_a_damaged_index_file_is_rebuilt_with_identical_results(
     assert loads == [False, True] and got == want
 
 
+def test_writes_made_while_an_unusable_file_is_read_are_in_the_rebuilt_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a file to load, no snapshot of the messages is taken at open; when the file turns
+    out unusable, the builder indexes the messages live then (log tail and the writes queued
+    meanwhile included) and drops the queue, then applies what comes after."""
+    data = tmp_path / "data"
+    seeded(data, 5)
+    rng = random.Random(6)
+    svc = ToolCalls.open(data)
+    svc.wait_for_search_index(timeout=60)
+    ids = list(svc._store.messages)
+    churn(svc, rng, 60, ids)
+    svc._store._abandon()  # died: a log tail after the snapshot the file belongs to
+    damaged(data / FILE_NAME, "flip", rng)
+    gate = threading.Event()
+    real = PersistedSearch.load
+
+    def held(self: PersistedSearch) -> SearchIndex | None:
+        assert gate.wait(60)
+        return real(self)
+
+    monkeypatch.setattr(PersistedSearch, "load", held)
+    svc = ToolCalls.open(data, background_search_from=10)
+    try:
+        churn(svc, rng, 80, ids)  # queued while the load waits
+        gate.set()
+        assert svc.wait_for_search_index(timeout=120)
+        churn(svc, rng, 20, ids)
+        assert svc.check() == []
+        got = results(svc)
+    finally:
+        svc.close()
+    assert got == reference(data)
+
+
 def test_every_single_bit_flip_in_a_small_index_file_is_caught(tmp_path: Path) -> None:
     """Decoding each damaged variant of a small file through the store: never an index."""
     data = tmp_path / "data"
