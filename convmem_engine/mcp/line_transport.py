@@ -192,17 +192,21 @@ class _LineSession:
         self.max_line_bytes = max_line_bytes
         self.max_in_flight = max_in_flight
         self.in_flight = 0  # == sum(self.pending.values())
-        # requests read and not yet answered, by id as the SDK correlates them ("7" and 7 are one)
-        self.progress = anyio.Event()  # set whenever a request is settled
-        self.server_done = False
-        # one answer at a time on the output; asyncio's lock where the loop is asyncio's (taking
-        # it uncontended costs nothing, an anyio Lock checks the task's cancel scopes each time)
-        self.send_lock: asyncio.Lock | anyio.Lock = (
-            asyncio.Lock() if _on_asyncio() else anyio.Lock()
+        # asyncio's lock and events where the loop is asyncio's (taking the lock uncontended
+        # costs nothing, an anyio Lock checks the task's cancel scopes each time; an anyio
+        # Event asks which async library runs each time one is made: once per request)
+        on_asyncio = _on_asyncio()
+        self.new_event: Callable[[], asyncio.Event | anyio.Event] = (
+            asyncio.Event if on_asyncio else anyio.Event
         )
+        self.progress = self.new_event()  # set whenever a request is settled
+        self.server_done = False
+        # one answer at a time on the output
+        self.send_lock: asyncio.Lock | anyio.Lock = asyncio.Lock() if on_asyncio else anyio.Lock()
         self.broken = False
+        # requests read and not yet answered, by id as the SDK correlates them ("7" and 7 are one)
         self.pending: Counter[str | int] = Counter()
-        self.settled = anyio.Event()
+        self.settled = self.new_event()
         self.to_server, self.server_reads = anyio.create_memory_object_stream[
             SessionMessage | Exception
         ](0)
@@ -303,14 +307,14 @@ class _LineSession:
             return False
         self.pending[coerce_request_id(request_id)] += 1
         self.in_flight += 1
-        if self.settled.is_set():  # (an anyio Event is not free to make: only when needed)
-            self.settled = anyio.Event()
+        if self.settled.is_set():
+            self.settled = self.new_event()
         return True
 
     async def wait_for_room(self) -> None:
         """Block reading while `max_in_flight` requests are unanswered."""
         while self.in_flight >= self.max_in_flight and not (self.broken or self.server_done):
-            self.progress = anyio.Event()
+            self.progress = self.new_event()
             await self.progress.wait()
 
     async def parse(self, text: str) -> types.JSONRPCMessage | None:

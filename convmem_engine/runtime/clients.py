@@ -156,9 +156,10 @@ class ClientRegistry:
         request of `client_id` served on the engine loop then holds up no other client's
         (hosts that stay connected but idle do not count; with several hosts writing at once
         their calls keep running in worker threads, sharing fsyncs)."""
-        with self._lock:
-            other = next((t for cid, t in self._recent if cid != client_id), None)
-        return other is None or self._clock() - other >= QUIET_SECONDS
+        for cid, at in self._recent:  # (a list replaced or set by item: no lock needed)
+            if cid != client_id:
+                return self._clock() - at >= QUIET_SECONDS
+        return True
 
     def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call `callback()` (on the session's thread) when a client connects, says who it is,

@@ -334,9 +334,10 @@ class Runtime:
         """Whether a session's write may run on the engine loop (fast_call.py, "One call
         alone"): no other client is active (`ClientRegistry.alone`) and no HTTP listener
         shares the loop (HTTP requests are not clients)."""
-        return self.clients.alone(client_id) and not any(
-            listener.transport == "http" for listener in self._listeners
-        )
+        for listener in self._listeners:
+            if listener.transport == "http":
+                return False
+        return self.clients.alone(client_id)
 
     # ---- health ---------------------------------------------------------------------------
 

@@ -233,10 +233,8 @@ class MemoryService:
             self._check_relation_targets(stored_metadata.relations, (), None, "metadata_json")
             mid, ts = self._ids.next()
             msg = Message(mid, session_id, ts, role, content, 1, ts, stored_metadata)
-            seq = self._store.write_put(msg)
-            msg = self._store.get(mid) or msg  # the store may share its default metadata
-            stored = msg
-            ok = self._apply_to_indexes(lambda: self._indexes.add(stored), "a write")
+            seq = self._store.write_put(msg)  # (stores an equal message: never read it back)
+            ok = self._apply_to_indexes(lambda: self._indexes.add(msg), "a write")
         self._finish(seq, ChangeEvent("write", mid, session_id))
         self._after_index_failure(ok)
         return {"status": "OK", "message": msg.to_json()}
