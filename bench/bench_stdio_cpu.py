@@ -10,10 +10,14 @@ alternating, so all see the same machine load; the table gives the median run an
 code's own cost).
 
 Usage: python bench/bench_stdio_cpu.py [--writes 1000] [--rounds 2] [--era handshake|modern]
-       [--modes fast,sdk] [--before DIR] [--json OUT]
+       [--modes fast,sdk] [--before DIR] [--client raw|sdk] [--dir DIR] [--json OUT]
 Linux only (reads /proc). `sdk` is the same server with CONVMEM_MCP_FAST_PATH=0; `--before DIR`
 adds mode `before`: the server of another checkout (e.g. `git archive` of an older commit)
-run by the same interpreter, in the same rounds.
+run by the same interpreter, in the same rounds. `--client sdk` drives the server with the
+official SDK client instead (`mcp.client.Client` over `stdio_client`, the 2026-07-28 era, as
+bench_mcp.py's stdio figures do) and also reports the client's own CPU per call: the part of
+the round trip that is the host's. `--dir` puts the data dirs (and the fsync floor's file)
+there, e.g. on a tmpfs to take a shared disk's noise out of a CPU comparison.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +49,19 @@ MODERN_META = {
 def line(request_id: int, method: str, params: dict[str, Any]) -> bytes:
     body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
     return json.dumps(body).encode() + b"\n"
+
+
+def wait_idle(cpu: Callable[[], float], timeout: float = 30.0) -> None:
+    """Wait until the server has finished its start (`convmem serve`'s front answers the first
+    calls while the SDK and the runtime load on other threads): its CPU time stands still."""
+    deadline = time.monotonic() + timeout
+    last = cpu()
+    while time.monotonic() < deadline:
+        time.sleep(0.3)
+        now = cpu()
+        if now - last < 0.005:
+            return
+        last = now
 
 
 def run_serve(
@@ -89,13 +107,16 @@ def run_serve(
             stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
         for i in range(50):  # warm up
             assert "result" in write(i)
+        wait_idle(lambda: cpu_seconds(process.pid))
+        write(50)  # (served by the runtime now)
         latencies = []
         cpu0 = cpu_seconds(process.pid)
         for i in range(50, 50 + n):
             t = time.perf_counter()
             answer = write(i)
             latencies.append((time.perf_counter() - t) * 1000)
-            assert not answer["result"].get("isError"), answer
+            # (the corpus has a few empty messages: refused, as they must be)
+            assert not answer["result"].get("isError") or not write_args(i, "cpu")["content"]
         cpu = cpu_seconds(process.pid) - cpu0
     finally:
         stdin.close()
@@ -108,6 +129,47 @@ def run_serve(
     }
 
 
+def run_serve_sdk(data_dir: Path, n: int, fast: bool, root: str | None = None) -> dict[str, float]:
+    """`run_serve` with the official SDK client (its era, 2026-07-28), in this process."""
+    import anyio
+    from bench_mcp import children_cpu_seconds
+
+    async def drive() -> dict[str, float]:
+        from mcp.client import Client
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+
+        env = child_env()
+        env["CONVMEM_MCP_FAST_PATH"] = "1" if fast else "0"
+        if root is not None:
+            env["PYTHONPATH"] = root
+        command = ["-m", "convmem_app", "serve", "--data-dir", str(data_dir)]
+        params = StdioServerParameters(command=PY, args=command, env=env)
+        latencies: list[float] = []
+        with open(os.devnull, "w") as errlog:
+            async with Client(stdio_client(params, errlog=errlog)) as client:
+                for i in range(50):  # warm up
+                    await client.call_tool("write_message", write_args(i, "cpu"))
+                me = os.getpid()
+                wait_idle(lambda: children_cpu_seconds(me))
+                await client.call_tool("write_message", write_args(50, "cpu"))
+                cpu0, client0 = children_cpu_seconds(me), time.process_time()
+                for i in range(50, 50 + n):
+                    t = time.perf_counter()
+                    result = await client.call_tool("write_message", write_args(i, "cpu"))
+                    latencies.append((time.perf_counter() - t) * 1000)
+                    assert not result.is_error or not write_args(i, "cpu")["content"], result
+                cpu = children_cpu_seconds(me) - cpu0
+                client_cpu = time.process_time() - client0
+        return {
+            "cpu_ms_per_write": cpu * 1000 / n,
+            "client_cpu_ms_per_write": client_cpu * 1000 / n,
+            "p50_ms": p50(latencies),
+            "p99_ms": pct(latencies, 0.99),
+        }
+
+    return anyio.run(drive)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--writes", type=int, default=1000)
@@ -115,13 +177,16 @@ def main() -> None:
     parser.add_argument("--era", choices=("handshake", "modern"), default="handshake")
     parser.add_argument("--modes", default="fast,sdk")
     parser.add_argument("--before", default=None, help="another checkout to run as `before`")
+    parser.add_argument("--client", choices=("raw", "sdk"), default="raw")
+    parser.add_argument("--dir", default=None, help="where the data dirs go (default: tmp)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     modes = args.modes.split(",") + (["before"] if args.before else [])
     results: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
-    with tempfile.TemporaryDirectory(prefix="bench-stdio-cpu-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-stdio-cpu-", dir=args.dir) as tmp:
         work = Path(tmp)
-        print(f"load average {load_average()}, {args.writes} writes per run, era {args.era}")
+        era = "2026-07-28 (the SDK client's)" if args.client == "sdk" else args.era
+        print(f"load average {load_average()}, {args.writes} writes per run, era {era}")
         floors: list[float] = []
         for r in range(args.rounds):
             for mode in modes:
@@ -129,18 +194,21 @@ def main() -> None:
                 floor = p50(fsync_floor(work, FLOOR_WRITES))
                 floors.append(floor)
                 checkout = args.before if mode == "before" else None
-                run = run_serve(
-                    work / f"{mode}-{r}", args.writes, args.era, mode == "fast", checkout
-                )
+                where = work / f"{mode}-{r}"
+                if args.client == "sdk":
+                    run = run_serve_sdk(where, args.writes, mode != "sdk", checkout)
+                else:
+                    run = run_serve(where, args.writes, args.era, mode != "sdk", checkout)
                 run["floor_p50_ms"] = floor
                 results[mode].append(run)
     floor_p50 = p50(floors)
     print(f"fsync floor p50 {floor_p50:.3f} ms (runs' floors); load average {load_average()}")
+    sdk_client = args.client == "sdk"
     print(
         "| mode | server CPU per write (median / best run) | write p50 | p99 "
-        "| p50 / floor of the same runs |"
+        "| p50 / floor of the same runs |" + (" SDK client CPU per call |" if sdk_client else "")
     )
-    print("|---|---|---|---|---|")
+    print("|---|---|---|---|---|" + ("---|" if sdk_client else ""))
     summary: dict[str, Any] = {"floor_p50_ms": floor_p50, "modes": {}}
     for mode, runs in results.items():
         cpu = p50([run["cpu_ms_per_write"] for run in runs])
@@ -149,8 +217,12 @@ def main() -> None:
         p99 = p50([run["p99_ms"] for run in runs])
         ratio = p50([run["p50_ms"] / run["floor_p50_ms"] for run in runs])
         summary["modes"][mode] = {"runs": runs, "cpu_ms_per_write": cpu, "p50_ms": lat}
+        client = ""
+        if sdk_client:
+            client = f" {p50([run['client_cpu_ms_per_write'] for run in runs]):.3f} ms |"
         print(
             f"| {mode} | {cpu:.3f} / {best:.3f} ms | {lat:.3f} ms | {p99:.2f} ms | {ratio:.1f}x |"
+            + client
         )
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2))
