@@ -156,22 +156,25 @@ def _text_words(folded: str) -> list[str]:
 
 
 def _word_grams(folded: str) -> set[str]:
-    """The word-boundary grams of a folded field, 4 code points each (never a text gram): for
-    every word of 3+ code points WORD + its first three, for every word of 2 WORD + it + WORD
-    (words: `_text_words`). A run of word code points of the query that a non-word code point
-    of the query (or, for a whole-word test, the needle's edge) bounds on the left must be such
-    a word's start in the text, or such a whole word (`_bounded_grams`)."""
+    """The word-boundary grams of a folded field (words: `_text_words`), 4 to 6 code points
+    each, so never a text gram: every word of 2 to 4 code points whole, WORD + it + WORD, and
+    every word of 4 or more as its start, WORD + its first three. A run of word code points of
+    a query that a non-word code point of the query (or, for a whole-word test, the needle's
+    edge) bounds must be such a word, or the start of one, in the text (`_bounded_grams`)."""
     words = _text_words(folded)
-    return {_WORD + w[:3] if len(w) > 2 else f"{_WORD}{w}{_WORD}" for w in words if len(w) > 1}
+    grams = {f"{_WORD}{w}{_WORD}" for w in words if 1 < len(w) < 5}
+    grams.update([_WORD + w[:3] for w in words if len(w) > 3])
+    return grams
 
 
-def _bounded_grams(needle: str, whole: bool) -> tuple[list[str], bool, bool]:
-    """Word-boundary grams every field holding `needle` has (`_word_grams`), from the needle's
-    runs of word code points that a non-word code point of the needle bounds; with `whole`,
-    the needle's edges bound its first and last run too (an occurrence with a word boundary on
-    each side that needs one). Plus whether the first / last run got a gram for its bounded
-    outer side (the first: a run of 3+ code points, or of 2 bounded on both sides; the last:
-    only a run of 2 bounded on both sides, as the grams hold no word ends)."""
+def _bounded_grams(needle: str, whole: bool) -> tuple[list[tuple[str, ...]], bool, bool]:
+    """Word-boundary grams (`_word_grams`) a field holding `needle` has, from the needle's runs
+    of word code points that a non-word code point of the needle bounds (with `whole`, the
+    needle's edges bound its first and last run too: an occurrence with a word boundary on
+    each side that needs one): groups of which the field has at least one. A run bounded on
+    both sides is a whole word (2 to 4 code points: its own gram, exact); one bounded on the
+    left starts a word (4+ code points: that start; 3: that start or the run as a whole word).
+    Plus whether the first / last run got a group for its bounded outer side."""
     runs: list[tuple[int, int]] = []
     start = -1
     for i, ch in enumerate(needle):
@@ -183,26 +186,29 @@ def _bounded_grams(needle: str, whole: bool) -> tuple[list[str], bool, bool]:
             start = -1
     if start >= 0:
         runs.append((start, len(needle)))
-    grams: list[str] = []
+    groups: list[tuple[str, ...]] = []
     head = tail = False
     n = len(needle)
     for k, (a, b) in enumerate(runs):
         left = a > 0 or whole
         right = b < n or whole
         w = needle[a:b]
+        m = b - a
         got_left = got_right = False
-        if b - a > 2:
-            if left:
-                grams.append(_WORD + w[:3])
-                got_left = True
-        elif b - a == 2 and left and right:
-            grams.append(_WORD + w + _WORD)
+        if left and right and 1 < m < 5:
+            groups.append((f"{_WORD}{w}{_WORD}",))
             got_left = got_right = True
+        elif left and m > 3:
+            groups.append((_WORD + w[:3],))
+            got_left = True
+        elif left and m == 3:
+            groups.append((f"{_WORD}{w}{_WORD}", _WORD + w))
+            got_left = True
         if k == 0 and a == 0:
             head = got_left
         if k == len(runs) - 1 and b == n:
             tail = got_right
-    return grams, head, tail
+    return groups, head, tail
 
 
 def query_words(folded: str) -> list[str]:
@@ -1296,12 +1302,20 @@ class SearchIndex:
                 singles.append(term)
                 continue
             grams = {term} if n == 2 else {term[i : i + 3] for i in range(n - 2)}
-            grams.update(_bounded_grams(term, False)[0])
             for g in grams:
                 p = post.get(g)
                 if p is None:
                     return [], []
                 required[id(p)] = p
+            for group in set(_bounded_grams(term, False)[0]):
+                found = [p for g in group if (p := post.get(g)) is not None]
+                if not found:
+                    return [], []
+                if len(found) == 1:
+                    required[id(found[0])] = found[0]
+                elif sum(map(len, found)) <= _EAGER_MAX:  # else left out (a superset)
+                    either = array("I", sorted(self._union_within(found, None)))
+                    required[id(either)] = either
         if required:
             lists = sorted(required.values(), key=len)
             if len(lists[0]) > _EAGER_MAX:
@@ -1376,22 +1390,17 @@ class SearchIndex:
         if len(phrase) == 1:
             seps = [c for c in self._char_bigrams if not _is_word_char(c)]
             return self._whole_char_docs(phrase, seps)
-        grams, head_done, tail_done = _bounded_grams(phrase, True)
+        groups, head_done, tail_done = _bounded_grams(phrase, True)
         result: set[int] | None = None
-        if grams:
-            # Word-boundary grams: the documents holding all of them (shortest list first).
-            lists: list[PostingList] = []
-            for g in dict.fromkeys(grams):
-                p = post.get(g)
-                if p is None:
-                    return set()
-                lists.append(p)
-            lists.sort(key=len)
-            result = set(members(lists[0]))
-            for p in lists[1:]:
-                if not result:
-                    return result
-                result = intersect(result, p)
+        # Word-boundary grams: the documents with a gram of every group (smallest first).
+        options = sorted(
+            ([p for g in group if (p := post.get(g)) is not None] for group in set(groups)),
+            key=lambda lists: sum(map(len, lists)),
+        )
+        for lists in options:
+            result = self._union_within(lists, result)
+            if not result:
+                return result
         if head_done and tail_done:
             return result if result is not None else set()
         seps = [c for c in self._char_bigrams if not _is_word_char(c)]
