@@ -129,14 +129,7 @@ class IndexSet:
             self._search_pending = []
             self._search_thread = threading.Thread(
                 target=self._build_search,
-                # With a file to load, no snapshot of the messages now (16 bytes each): one
-                # is taken only if the file turns out unusable.
-                args=(
-                    self.search_index,
-                    None if saved is not None else _snapshot_of(messages),
-                    messages,
-                    saved,
-                ),
+                args=(self.search_index, messages, saved),
                 name="convmem-search-build",
                 daemon=True,
             )
@@ -155,15 +148,15 @@ class IndexSet:
     def _build_search(
         self,
         index: SearchIndex,
-        snapshot: Collection[Message] | None,
         live: Mapping[str, Message],
         saved: Callable[[], SearchIndex | None] | None = None,
     ) -> None:
-        """Background thread: load (`saved`) or index the messages live at open (`snapshot`),
-        then (holding the write lock) the changes queued since, and declare the index ready.
-        When a load gives nothing and there is no snapshot, the messages `live` now are
-        indexed instead: their snapshot is taken with the write lock held, and the changes
-        queued until then are dropped (they are in it).
+        """Background thread: load (`saved`) the index of the messages live at open, or index
+        the messages `live` now, then (holding the write lock) the changes queued since, and
+        declare the index ready. For a build, the snapshot of the messages (16 bytes each) is
+        taken with the write lock held, and the changes queued until then are dropped (they
+        are in it); it is only taken when needed (not when a file loads), and goes as soon as
+        the build has read it (before the build's last, largest, step).
 
         `stop` (at close) cuts an index build short: that index is incomplete, so it is marked
         failed (`_search_error`), never searched and never kept on disk (`persistable`). An
@@ -174,14 +167,14 @@ class IndexSet:
         try:
             loaded = saved() if saved is not None else None
             if loaded is None:
-                if snapshot is None:
-                    with self._lock.write():
-                        if index is not self.search_index:
-                            return  # replaced meanwhile (see below)
-                        snapshot = _snapshot_of(live)
-                        self._search_pending = []
-                if not index.build(snapshot, cancelled=lambda: self._search_cancel):
+                with self._lock.write():
+                    if index is not self.search_index:
+                        return  # replaced meanwhile (see below)
+                    source = iter(_snapshot_of(live))  # only the iterator holds the snapshot
+                    self._search_pending = []
+                if not index.build(source, cancelled=lambda: self._search_cancel):
                     error = "search index: build stopped at close"
+                del source
         except Exception as e:  # reported by search; rebuild_index recovers
             log.exception("search index build failed")
             error = f"search index: build failed ({type(e).__name__})"

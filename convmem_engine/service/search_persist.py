@@ -66,13 +66,13 @@ class PersistedSearch:
         """The index of the messages live at open, from the file; None (file removed) when
         it cannot be used. Never raises for a bad file."""
         store = self._store
+        order = self._order
+        self._order = []  # only this call holds it (it goes once the ids are resolved)
         reader = store.open_derived(FILE_NAME, search_file.FORMAT)
         if reader is None:
             return None
         changes = self._changes
         messages = self._messages
-
-        order = self._order
         at = 0
 
         def one(raw: str) -> str | None:
@@ -107,7 +107,7 @@ class PersistedSearch:
         def ids_done() -> None:
             # Resolved: the list goes before the posting lists are read (the load's peak).
             nonlocal order
-            order = self._order = []
+            order = []
 
         try:
             index = search_file.decode(reader.read, resolve, ids_done)
