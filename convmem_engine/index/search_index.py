@@ -161,9 +161,17 @@ def _word_grams(folded: str) -> set[str]:
     every word of 4 or more as its start, WORD + its first three. A run of word code points of
     a query that a non-word code point of the query (or, for a whole-word test, the needle's
     edge) bounds must be such a word, or the start of one, in the text (`_bounded_grams`)."""
-    words = _text_words(folded)
-    grams = {f"{_WORD}{w}{_WORD}" for w in words if 1 < len(w) < 5}
-    grams.update([_WORD + w[:3] for w in words if len(w) > 3])
+    grams: set[str] = set()
+    add_gram = grams.add
+    for w in _text_words(folded):
+        n = len(w)
+        if n < 5:
+            if n > 1:
+                add_gram(f"{_WORD}{w}{_WORD}")
+                if n == 4:
+                    add_gram(_WORD + w[:3])
+        else:
+            add_gram(_WORD + w[:3])
     return grams
 
 
