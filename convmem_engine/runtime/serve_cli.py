@@ -122,14 +122,22 @@ def _counting_stop_signals(opening: list[bool] | None = None) -> Iterator[list[i
 
 
 def agent_runtime(
-    data_dir: Path, *, before_server: Callable[[MemoryService, AgentPart], None] | None = None
+    data_dir: Path,
+    *,
+    before_server: Callable[[MemoryService, AgentPart], None] | None = None,
+    search_gate: threading.Event | None = None,
 ) -> tuple[Runtime, AgentPart]:
     """A runtime whose parts include the memory agent's queue (`agent.yaml`), whose MCP server
     carries `agent_run`/`agent_status` and the Tasks extension, and whose sessions admit an
     `agent_run` with the configured maximum images. `before_server(service, part)` runs once
-    the service is open and the parts have started, before the server (and the SDK) loads."""
+    the service is open and the parts have started, before the server (and the SDK) loads;
+    `search_gate`: the service's background search build waits for it (`MemoryService`)."""
     from convmem_engine.agent.part import AgentPart
     from convmem_engine.runtime.runtime import Runtime
+    from convmem_engine.service import MemoryService
+
+    def open_service(folder: Path, on_locked: Callable[[], None] | None) -> MemoryService:
+        return MemoryService.open(folder, on_locked=on_locked, search_gate=search_gate)
 
     part = AgentPart()
 
@@ -143,23 +151,29 @@ def agent_runtime(
         runtime.max_line_bytes = transport_line_limit(part.agent.config)
         return server
 
-    runtime = Runtime(data_dir, parts=[part], build_server=build)
+    runtime = Runtime(data_dir, parts=[part], open_service=open_service, build_server=build)
     return runtime, part
 
 
-def _front_serves_tools(front: StdioFront) -> Callable[[MemoryService, AgentPart], None]:
+def _front_serves_tools(
+    front: StdioFront, search_gate: threading.Event
+) -> Callable[[MemoryService, AgentPart], None]:
     """Once the service is open and the agent part has started: the front may answer the
-    memory tools' calls (and `tools/list` when the agent is off); the SDK is imported once it
-    has answered what it has read (or after `FRONT_IDLE_SECONDS`), so as not to slow them."""
+    memory tools' calls (and `tools/list` when the agent is off); the search index's
+    background load and the SDK's import start once it has answered what it has read (or
+    after `FRONT_IDLE_SECONDS`), so as not to take the GIL from those first answers."""
 
     def serve_tools(service: MemoryService, part: AgentPart) -> None:
         from convmem_engine.tools import ToolRegistry
 
         assert part.agent is not None
-        front.serve_tools(
-            ToolRegistry.for_service(service), agent_enabled=part.agent.config.enabled
-        )
-        front.wait_idle(FRONT_IDLE_SECONDS)
+        try:
+            front.serve_tools(
+                ToolRegistry.for_service(service), agent_enabled=part.agent.config.enabled
+            )
+            front.wait_idle(FRONT_IDLE_SECONDS)
+        finally:
+            search_gate.set()
 
     return serve_tools
 
@@ -193,8 +207,9 @@ def serve(data_dir: Path, http: HttpOptions | None = None) -> int:
         # stop signal then lets them finish and be answered as it does later
         opening = [True]
         with _counting_stop_signals(opening) as signals:
-            early = None if front is None else _front_serves_tools(front)
-            runtime, _agent = agent_runtime(data_dir, before_server=early)
+            gate = None if front is None else threading.Event()
+            early = None if front is None or gate is None else _front_serves_tools(front, gate)
+            runtime, _agent = agent_runtime(data_dir, before_server=early, search_gate=gate)
             try:
                 runtime.open(on_locked=locked)
             except Exception as error:

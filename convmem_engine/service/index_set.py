@@ -91,10 +91,14 @@ class IndexSet:
         *,
         background_search_from: int = BACKGROUND_SEARCH_FROM,
         search_index_factory: Callable[[], SearchIndex] = SearchIndex,
+        search_gate: threading.Event | None = None,
     ) -> None:
         """Empty indexes; `build` fills them. `search_index_factory` makes each new, empty
-        search index (a seam for tests: a subclass can inject a failure)."""
+        search index (a seam for tests: a subclass can inject a failure). With `search_gate`
+        a background search build starts only once the event is set (`wait_for_search` and
+        `stop` set it)."""
         self._lock = lock
+        self._search_gate = search_gate
         self.history = HistoryIndex()
         self.relations = RelationIndex()
         self._new_search_index = search_index_factory
@@ -164,9 +168,14 @@ class IndexSet:
         after a stop: they are few, and only with them is it the index of the store's state."""
         error = ""
         loaded: SearchIndex | None = None
+        if self._search_gate is not None:
+            self._search_gate.wait()
         try:
-            loaded = saved() if saved is not None else None
-            if loaded is None:
+            if self._search_cancel:  # closed before the gate opened: nothing loaded or built
+                error = "search index: build stopped at close"
+            else:
+                loaded = saved() if saved is not None else None
+            if not error and loaded is None:
                 with self._lock.write():
                     if index is not self.search_index:
                         return  # replaced meanwhile (see below)
@@ -201,12 +210,17 @@ class IndexSet:
 
     def wait_for_search(self, timeout: float | None = None) -> bool:
         """Wait until the search index is built (at once when it is not building); True when
-        it is. Call without holding the lock (the builder needs it to finish)."""
+        it is. Call without holding the lock (the builder needs it to finish). A gated build
+        starts now."""
+        if self._search_gate is not None:
+            self._search_gate.set()
         return self._search_ready.wait(timeout)
 
     def stop(self) -> None:
         """Stop a background build and wait for its thread (without holding the lock)."""
         self._search_cancel = True
+        if self._search_gate is not None:
+            self._search_gate.set()
         thread = self._search_thread
         if thread is not None:
             thread.join()

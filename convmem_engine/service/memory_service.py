@@ -21,6 +21,7 @@ The indexes, their background search build and their failure bookkeeping are the
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
@@ -61,6 +62,7 @@ class MemoryService:
         background_search_from: int = BACKGROUND_SEARCH_FROM,
         search_index_factory: Callable[[], SearchIndex] = SearchIndex,
         keep_search_index: bool = True,
+        search_gate: threading.Event | None = None,
     ) -> None:
         """Wrap an open store (prefer `MemoryService.open`). Builds every index.
 
@@ -74,7 +76,10 @@ class MemoryService:
         (makes each new, empty search index; a subclass can inject a failure, like the store's
         `FileSystem` seam). With `keep_search_index` (the default) the search index is loaded
         from the data dir's search.idx at open when it matches and written there at close
-        (service/search_persist.py); a look at a copy passes False.
+        (service/search_persist.py); a look at a copy passes False. With `search_gate` the
+        background search build waits until that event is set (`convmem serve` sets it after
+        its first answers, so the build does not slow them; `wait_for_search_index`,
+        `rebuild_index` and `close` set it too); until then searches scan, as during the build.
         """
         self._store = store
         self._budget = response_budget
@@ -86,6 +91,7 @@ class MemoryService:
             self._lock,
             background_search_from=background_search_from,
             search_index_factory=search_index_factory,
+            search_gate=search_gate,
         )
         self._closed = False
         self._keep_search_index = keep_search_index
@@ -111,6 +117,7 @@ class MemoryService:
         search_index_factory: Callable[[], SearchIndex] = SearchIndex,
         keep_search_index: bool = True,
         on_locked: Callable[[], None] | None = None,
+        search_gate: threading.Event | None = None,
     ) -> MemoryService:
         """Open the store in `data_dir` and build the indexes. `on_locked()` runs once the
         data dir's lock is held, before the store is read.
@@ -126,6 +133,7 @@ class MemoryService:
                 background_search_from=background_search_from,
                 search_index_factory=search_index_factory,
                 keep_search_index=keep_search_index,
+                search_gate=search_gate,
             )
         except BaseException:
             store.close()

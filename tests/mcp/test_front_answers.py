@@ -11,6 +11,7 @@ the SDK is imported, byte for byte as the SDK answers them (issue 13: the first 
   timestamps are masked; the front must have answered every request before the SDK-only ones,
   and every write must be in the store exactly once afterwards (none replayed to the SDK).
 - The JSON text of a result is what the SDK's serialiser writes, for every code point.
+- The official SDK client, in both eras, is answered by the front and sees the same results.
 - The path to the first tool reply (the front, the store, the registry) loads neither the SDK
   nor pydantic, anyio or jsonschema.
 """
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp_helpers import child_env, serve_args
+from mcp_helpers import ERAS, child_env, serve_args
 from test_fast_call import normalised
 from test_mcp_serve_front import CAPABILITIES_KEY, INFO_KEY, VERSION_KEY, discover, initialize
 
@@ -328,3 +329,43 @@ part.stop(); service.close(); os._exit(0)
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "", f"loaded on the way to the first reply: {out.stdout}"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+def test_the_official_client_is_answered_by_the_front_in_both_eras(
+    tmp_path: Path, mode: str
+) -> None:
+    """The SDK client's own requests (tools/list, tool calls, each era's envelope) are plain
+    enough for the front: it answers them, and the client sees the same tools and results."""
+    import anyio
+    from mcp.client import Client
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    data_dir = tmp_path / "data"
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=serve_args(data_dir, "--log-level", "INFO"),
+        env=child_env(),
+        cwd=str(ROOT),
+    )
+
+    async def scenario() -> None:
+        with (tmp_path / "serve.err").open("w") as errlog:
+            async with Client(stdio_client(params, errlog=errlog), mode=mode) as client:
+                tools = await client.list_tools()
+                assert len(tools.tools) == 7
+                written = await client.call_tool(
+                    "write_message", {"session_id": "c", "role": "user", "content": "hello ✓"}
+                )
+                assert not written.is_error, written
+                health = json.loads(payload_text(await client.call_tool("get_system_health", {})))
+                assert health["active_messages"] == 1
+
+    anyio.run(scenario)
+    assert answered_by_front((tmp_path / "serve.err").read_text()) >= 2
+    with Store.open(data_dir) as store:
+        assert [m.content for m in store.messages.values()] == ["hello ✓"]
+
+
+def payload_text(result: Any) -> str:
+    return str(result.content[0].text)
