@@ -17,6 +17,30 @@ from ulid import ULID
 
 _RANDOM_BITS = 80
 _RANDOM_MAX = (1 << _RANDOM_BITS) - 1
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]  # 10 bits -> 2 characters
+
+
+def ulid_text(value: int) -> str:
+    """The 26-character ULID of a 128-bit value: Crockford base32, as python-ulid writes it
+    (its `str(ULID)`, ~4x the time: this runs for every message written)."""
+    return "".join(
+        [
+            _PAIRS[(value >> 120) & 0x3FF],
+            _PAIRS[(value >> 110) & 0x3FF],
+            _PAIRS[(value >> 100) & 0x3FF],
+            _PAIRS[(value >> 90) & 0x3FF],
+            _PAIRS[(value >> 80) & 0x3FF],
+            _PAIRS[(value >> 70) & 0x3FF],
+            _PAIRS[(value >> 60) & 0x3FF],
+            _PAIRS[(value >> 50) & 0x3FF],
+            _PAIRS[(value >> 40) & 0x3FF],
+            _PAIRS[(value >> 30) & 0x3FF],
+            _PAIRS[(value >> 20) & 0x3FF],
+            _PAIRS[(value >> 10) & 0x3FF],
+            _PAIRS[value & 0x3FF],
+        ]
+    )
 
 
 def utc_millis() -> int:
@@ -50,5 +74,4 @@ class UlidSource:
         else:
             value = self._last + 1
         self._last = value
-        ulid = ULID.from_bytes(value.to_bytes(16, "big"))
-        return str(ulid), ulid.milliseconds
+        return ulid_text(value), value >> _RANDOM_BITS

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from convmem_engine.service.ids import UlidSource
+import os
+
+import pytest
+from ulid import ULID
+
+from convmem_engine.service.ids import UlidSource, ulid_text
 
 
 def test_ulid_source_monotonic_with_clock_going_back() -> None:
@@ -16,3 +21,20 @@ def test_ulid_source_monotonic_with_clock_going_back() -> None:
     future = "7ZZZZZZZZZ" + "0" * 16  # an id from the far future already in the store
     src.observe(future)
     assert src.next()[0] > future
+
+
+@pytest.mark.parametrize("bits", [0, 1, 48, 80, 127, 128])
+def test_ulid_text_is_python_ulids_text(bits: int) -> None:
+    values = [0, (1 << 128) - 1] + [
+        int.from_bytes(os.urandom(16), "big") >> (128 - bits) for _ in range(2_000)
+    ]
+    for value in values:
+        ulid = ULID.from_bytes(value.to_bytes(16, "big"))
+        assert ulid_text(value) == str(ulid)
+
+
+def test_next_gives_the_ids_own_timestamp() -> None:
+    src = UlidSource(lambda: 1_790_000_000_123)
+    for _ in range(3):
+        text, ts = src.next()
+        assert ULID.from_str(text).milliseconds == ts == 1_790_000_000_123
