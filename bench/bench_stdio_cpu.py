@@ -38,6 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_mcp import child_env, cpu_seconds, fsync_floor, load_average, p50, pct, write_args
 
 PY = sys.executable
+ROOT = str(Path(__file__).resolve().parent.parent)
 FLOOR_WRITES = 200
 MODERN_META = {
     "io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -73,6 +74,7 @@ def run_serve(
         env["PYTHONPATH"] = root
     process = subprocess.Popen(
         [PY, "-m", "convmem_app", "serve", "--data-dir", str(data_dir)],
+        cwd=root or ROOT,  # `-m` puts the working directory first on sys.path
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -143,7 +145,7 @@ def run_serve_sdk(data_dir: Path, n: int, fast: bool, root: str | None = None) -
         if root is not None:
             env["PYTHONPATH"] = root
         command = ["-m", "convmem_app", "serve", "--data-dir", str(data_dir)]
-        params = StdioServerParameters(command=PY, args=command, env=env)
+        params = StdioServerParameters(command=PY, args=command, env=env, cwd=root or ROOT)
         latencies: list[float] = []
         with open(os.devnull, "w") as errlog:
             async with Client(stdio_client(params, errlog=errlog)) as client:
