@@ -19,7 +19,7 @@ Also the worst queries found (issue 13; `WORST_CASES`): ours (wall and CPU) next
 with `--baseline OLD.py` next to another search_index.py on the same index in the same run.
 
 Usage: python bench/bench_search.py [--repeat N] [--tracemalloc] [--markdown] [--only-new]
-       [--worst-only] [--baseline PATH]
+       [--worst-only] [--baseline PATH] [--messages N]
 """
 
 from __future__ import annotations
@@ -75,11 +75,23 @@ def current_rss() -> int:
     return 0
 
 
-def make_messages(importance_share: float) -> dict[str, Message]:
+def make_messages(importance_share: float, count: int = 0) -> dict[str, Message]:
+    """The corpus as messages; with `count`, that many (the corpus repeated, each round's
+    sessions renamed, as bench_mcp's stores past the corpus)."""
     rng = random.Random(7)
     base = 1_700_000_000_000
     out: dict[str, Message] = {}
-    for i, (session, role, text) in enumerate(load_corpus()):
+    corpus = load_corpus()
+    rows = (
+        corpus
+        if not count
+        else [
+            (f"{session}~{i // len(corpus)}" if i >= len(corpus) else session, role, text)
+            for i in range(count)
+            for session, role, text in (corpus[i % len(corpus)],)
+        ]
+    )
+    for i, (session, role, text) in enumerate(rows):
         ts = base + i * 1000
         imp = 90 if rng.random() < importance_share else 50
         mid = str(ULID.from_timestamp(ts / 1000))
@@ -481,12 +493,19 @@ def main() -> None:
         metavar="PATH",
         help="a search_index.py to time next to ours on the worst cases (same index layout)",
     )
+    ap.add_argument(
+        "--messages",
+        type=int,
+        default=0,
+        help="that many messages (the corpus repeated), e.g. 1000000: the build, the default "
+        "table and the worst cases only",
+    )
     args = ap.parse_args()
     baseline = load_baseline(args.baseline) if args.baseline else None
     md = args.markdown
 
     t0 = time.perf_counter()
-    messages = make_messages(0.0)
+    messages = make_messages(0.0, args.messages)
     print(
         f"corpus: {len(messages)} messages, {sum(len(m.content) for m in messages.values())} "
         f"code points, loaded in {time.perf_counter() - t0:.1f} s; RSS {current_rss() / 1e6:.0f} MB"
@@ -506,6 +525,14 @@ def main() -> None:
     )
     print(f"build by add() of each message: {add_one_by_one(messages):.2f} s CPU")
     if args.worst_only:
+        worst_cases(idx, messages, db, args.repeat, md, baseline)
+        return
+    if args.messages:
+        print_table(
+            f"default (top {LIMIT}, {args.repeat} runs per query)",
+            run_queries(idx, messages, db, QUERIES, args.repeat),
+            md,
+        )
         worst_cases(idx, messages, db, args.repeat, md, baseline)
         return
     print(
