@@ -141,18 +141,25 @@ def _text_words(folded: str) -> list[str]:
     for run in _MAYBE_WORDS.findall(folded):
         if run.isascii():
             words.append(run)
-            continue
-        start = -1
-        for i, ch in enumerate(run):
-            if _is_word_char(ch):
-                if start < 0:
-                    start = i
-            elif start >= 0:
-                words.append(run[start:i])
-                start = -1
-        if start >= 0:
-            words.append(run[start:])
+        else:
+            words.extend(run[a:b] for a, b in _word_spans(run))
     return words
+
+
+def _word_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each maximal run of word code points (`_is_word_char`) of `text`."""
+    spans: list[tuple[int, int]] = []
+    start = -1
+    for i, ch in enumerate(text):
+        if _is_word_char(ch):
+            if start < 0:
+                start = i
+        elif start >= 0:
+            spans.append((start, i))
+            start = -1
+    if start >= 0:
+        spans.append((start, len(text)))
+    return spans
 
 
 def _word_grams(folded: str) -> set[str]:
@@ -183,17 +190,7 @@ def _bounded_grams(needle: str, whole: bool) -> tuple[list[tuple[str, ...]], boo
     both sides is a whole word (2 to 4 code points: its own gram, exact); one bounded on the
     left starts a word (4+ code points: that start; 3: that start or the run as a whole word).
     Plus whether the first / last run got a group for its bounded outer side."""
-    runs: list[tuple[int, int]] = []
-    start = -1
-    for i, ch in enumerate(needle):
-        if _is_word_char(ch):
-            if start < 0:
-                start = i
-        elif start >= 0:
-            runs.append((start, i))
-            start = -1
-    if start >= 0:
-        runs.append((start, len(needle)))
+    runs = _word_spans(needle)
     groups: list[tuple[str, ...]] = []
     head = tail = False
     n = len(needle)
