@@ -46,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -108,16 +109,21 @@ def vm_hwm_mib(pid: int) -> float:
     return float("nan")
 
 
-def settle(pid: int, timeout: float = 30.0) -> None:
-    """Wait (at most `timeout`) until process `pid` uses no CPU for 0.3 s."""
+def wait_cpu_still(cpu: Callable[[], float], timeout: float = 30.0) -> None:
+    """Wait (at most `timeout`) until `cpu()` (CPU seconds) stands still for 0.3 s."""
     deadline = time.monotonic() + timeout
-    last = cpu_seconds(pid)
+    last = cpu()
     while time.monotonic() < deadline:
         time.sleep(0.3)
-        now = cpu_seconds(pid)
+        now = cpu()
         if now - last < 0.005:
             return
         last = now
+
+
+def settle(pid: int) -> None:
+    """Wait until process `pid` uses no CPU (at most 30 s)."""
+    wait_cpu_still(lambda: cpu_seconds(pid))
 
 
 def load_average() -> str:
@@ -230,14 +236,8 @@ async def _server_idle(timeout: float = 30.0) -> None:
     server's steady state."""
     import anyio
 
-    deadline = time.monotonic() + timeout
-    last = children_cpu_seconds(os.getpid())
-    while time.monotonic() < deadline:
-        await anyio.sleep(0.3)
-        now = children_cpu_seconds(os.getpid())
-        if now - last < 0.005:
-            return
-        last = now
+    me = os.getpid()
+    await anyio.to_thread.run_sync(wait_cpu_still, lambda: children_cpu_seconds(me), timeout)
 
 
 def stdio_writes(data_dir: Path, n: int) -> list[float]:

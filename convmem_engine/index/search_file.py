@@ -233,19 +233,18 @@ def decode(
     _read_lists(read, list(levels), lane_counts, lanes)  # type: ignore[arg-type]
     if len(post) != n_grams or len(singles) != n_singles or len(session_lists) != n_sessions:
         raise ValueError("a key appears twice")
-    index._post = post
-    index._singles = singles
-    index._sessions = session_lists
-    index._lanes = lanes
-    index._ids = ids
-    index._docs = docs
-    index._sig = sig
-    index._imp = imp
-    index._blk_ts = blk_ts
-    index._blk_len = blk_len
-    for g in post:
-        if len(g) == 2:
-            index._register_bigram(g)
+    index._install(
+        post=post,
+        singles=singles,
+        sessions=session_lists,
+        lanes=lanes,
+        ids=ids,
+        docs=docs,
+        sig=sig,
+        imp=imp,
+        blk_ts=blk_ts,
+        blk_len=blk_len,
+    )
     return index
 
 

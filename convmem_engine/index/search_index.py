@@ -786,20 +786,49 @@ class SearchIndex:
             docs = DocTable(ids)
         except ValueError:
             raise ValueError("a message_id is given twice") from None
-        self._lanes = _lanes_of(imps)
+        self._install(
+            post=post,
+            singles=singles,
+            sessions=dict(sessions),
+            lanes=_lanes_of(imps),
+            ids=ids,
+            docs=docs,
+            sig=sigs,
+            imp=imps,
+            blk_ts=blk_ts,
+            blk_len=blk_len,
+        )
+        return True
+
+    def _install(
+        self,
+        *,
+        post: dict[str, PostingList],
+        singles: dict[str, array[int]],
+        sessions: dict[str, array[int]],
+        lanes: dict[int, array[int]],
+        ids: list[str | None],
+        docs: DocTable,
+        sig: array[int],
+        imp: array[int],
+        blk_ts: array[int],
+        blk_len: array[int],
+    ) -> None:
+        """Take a whole index's tables at once (`build`, and `search_file` loading one) and
+        register its 2-grams."""
         self._post = post
         self._singles = singles
+        self._sessions = sessions
+        self._lanes = lanes
         self._ids = ids
         self._docs = docs
-        self._sig = sigs
-        self._imp = imps
-        self._sessions = dict(sessions)
+        self._sig = sig
+        self._imp = imp
         self._blk_ts = blk_ts
         self._blk_len = blk_len
         for g in post:
             if len(g) == 2:
                 self._register_bigram(g)
-        return True
 
     @staticmethod
     def _add_container(

@@ -15,6 +15,7 @@ from convmem_engine.domain.message import Message, Metadata
 from convmem_engine.index import search_file
 from convmem_engine.index.postings import BITMAP, DENSE, Postings
 from convmem_engine.index.search_index import SearchIndex
+from tests.index.test_search_index import index_state
 
 WORDS = ["alpha", "beta", "ha", "ing", "日本語", "é", "a", "x", "x_y", "Zeta", "ç", "🙂", "lo"]
 QUERIES = ["alpha", "ha ha", "ing", "a", "x", "日本", "🙂", "zeta beta", "é", "lo ha", "q"]
@@ -60,22 +61,6 @@ def resolver(messages: dict[str, Message]) -> search_file.Resolver:
     return resolve
 
 
-def state(index: SearchIndex) -> tuple[object, ...]:
-    return (
-        {g: list(p) for g, p in index._post.items()},
-        {g: list(p) for g, p in index._singles.items()},
-        {s: list(p) for s, p in index._sessions.items()},
-        {k: list(p) for k, p in index._lanes.items()},
-        {c: set(s) for c, s in index._char_bigrams.items()},
-        index._ids,
-        dict(index._docs.items()),
-        list(index._sig),
-        list(index._imp),
-        list(index._blk_ts),
-        list(index._blk_len),
-    )
-
-
 @pytest.mark.parametrize("seed", range(6))
 def test_decode_of_encode_is_the_same_index(seed: int) -> None:
     rng = random.Random(seed)
@@ -97,7 +82,7 @@ def test_decode_of_encode_is_the_same_index(seed: int) -> None:
             messages[mid] = new
     blob = b"".join(search_file.encode(index))
     loaded = search_file.decode(reader(blob), resolver(messages))
-    assert state(loaded) == state(index)
+    assert index_state(loaded) == index_state(index)
     assert loaded.check(messages) == []
     rebuilt = SearchIndex()
     for m in messages.values():
@@ -112,7 +97,7 @@ def test_decode_of_encode_is_the_same_index(seed: int) -> None:
         m = Message(f"new{i}", m.session_id, 5000 + i, "user", m.content, 1, 5000 + i, m.metadata)
         index.add(m)
         loaded.add(m)
-    assert state(loaded) == state(index)
+    assert index_state(loaded) == index_state(index)
 
 
 def test_truncated_or_unknown_bytes_are_refused() -> None:
@@ -148,14 +133,14 @@ def test_holes_and_long_id_tables(n: int, monkeypatch: pytest.MonkeyPatch) -> No
         index.remove(messages.pop(mid))
     blob = b"".join(search_file.encode(index))
     loaded = search_file.decode(reader(blob), resolver(messages))
-    assert state(loaded) == state(index)
+    assert index_state(loaded) == index_state(index)
     # Lists loaded without spare room still grow and shrink.
     extra = Message("extra", "s", n, "user", "w0 w1", 1, n)
     for ix in (index, loaded):
         ix.add(extra)
         for m in list(messages.values())[n // 2 : n // 2 + 1]:
             ix.remove(m)
-    assert state(loaded) == state(index)
+    assert index_state(loaded) == index_state(index)
 
 
 def test_an_id_with_a_line_feed_is_not_encoded() -> None:
@@ -176,7 +161,7 @@ def test_compressed_lists_round_trip_and_bad_layouts_are_refused() -> None:
     assert has_bitmaps(index)
     blob = b"".join(search_file.encode(index))
     loaded = search_file.decode(reader(blob), resolver(messages))
-    assert state(loaded) == state(index)
+    assert index_state(loaded) == index_state(index)
     assert loaded.check(messages) == []
     for q in ["lo", "la ve", "ta ta ta", "l", "hel"]:
         assert loaded.search(q, messages, limit=20) == index.search(q, messages, limit=20)
