@@ -418,7 +418,13 @@ def _hits(
     """The kept keys, best first, as hits with their score breakdown."""
     hits: list[SearchHit] = []
     for score, _imp, _ts, mid in sorted(heap, reverse=True):
-        parts = _breakdown(messages[mid], q)
+        meta = messages[mid].metadata
+        if not meta.summary and not meta.tags and CONTENT_WEIGHT == 1.0:
+            # Content only: its score is the overall score (`_overall` of (c, 0.0, 0.0) with
+            # CONTENT_WEIGHT 1.0), so it is not matched again.
+            parts: tuple[float, float, float] | None = (score, 0.0, 0.0)
+        else:
+            parts = _breakdown(messages[mid], q)
         assert parts is not None
         hits.append(
             SearchHit(
@@ -648,6 +654,7 @@ class SearchIndex:
         self._sessions: dict[str, array[int]] = {}  # session id -> its document numbers
         self._blk_ts = array("q")  # per block of documents: max timestamp ever indexed
         self._blk_len = array("I")  # per block: max field length (code points) ever indexed
+        self._ts_bound = array("q")  # per block: max of _blk_ts up to it (`_raise_bounds`)
 
     # -- mutation ---------------------------------------------------------------------------
 
@@ -826,6 +833,7 @@ class SearchIndex:
         self._imp = imp
         self._blk_ts = blk_ts
         self._blk_len = blk_len
+        self._ts_bound = array("q", accumulate(blk_ts, max))
         for g in post:
             if len(g) == 2:
                 self._register_bigram(g)
@@ -944,6 +952,21 @@ class SearchIndex:
         block = doc >> _BLOCK_SHIFT
         ts = msg.timestamp
         size = _field_len(msg)
+        # _ts_bound, the prefix maxima of _blk_ts: a bound on the timestamp of every document
+        # of a block and the blocks before it, for the early stop of a walk that goes newest
+        # first (made per search from _blk_ts, it was half of a typical query's time at 1M
+        # messages). An appended block's is the larger of its timestamp and the previous
+        # one's; a raised one raises the later ones that are lower (they ascend: up to the
+        # first that is not).
+        bound = self._ts_bound
+        if block == len(bound):
+            bound.append(max(ts, bound[-1]) if bound else ts)
+        else:
+            j = block
+            n = len(bound)
+            while j < n and bound[j] < ts:
+                bound[j] = ts
+                j += 1
         if block == len(self._blk_ts):
             self._blk_ts.append(ts)
             self._blk_len.append(size)
@@ -1096,7 +1119,7 @@ class SearchIndex:
         get = messages.get
         record = seen is not None and max_score == WHOLE_WORD
         skip = seen if seen is not None and not record else None
-        ts_bound: list[int] | None = None
+        ts_bound = self._ts_bound
         # After _ADAPT_AFTER candidates walked while every slot holds a score of at least
         # `cap`, learn which documents may hold a whole-word match; the others can score at
         # most `cap`. Pass 1 (and a one-pass query): the phrase as a whole word, else at most
@@ -1147,42 +1170,41 @@ class SearchIndex:
                     block = doc >> _BLOCK_SHIFT
                     if block != last_block:
                         last_block = block
-                        if ts_bound is None:
-                            ts_bound = list(accumulate(self._blk_ts, max))
                         if (max_score, level, ts_bound[block]) < heap[0][:3]:
                             return False
                 if adapt and len(heap) == limit and heap[0][0] >= cap:
                     walked += 1
                     if whole is None and walked >= _ADAPT_AFTER:
                         whole = self._whole_docs(q, max_score)
-                    if whole is not None and doc not in whole:
-                        if ts_bound is None:
-                            ts_bound = list(accumulate(self._blk_ts, max))
-                        if (cap, level, ts_bound[doc >> _BLOCK_SHIFT]) < heap[0][:3]:
-                            # Bounds only fall from here on: every remaining document
-                            # outside `whole` (this level and below) is out for good.
-                            # The candidates among them, intersected in C once (the
-                            # narrowed walk then needs no per-document list checks).
-                            pool = whole if cands is None else intersect(whole, cands)
-                            for p in filters:
-                                pool = intersect(pool, p)
-                            if skip is not None:
-                                pool = pool.difference(skip)
-                            rest = [lv for lv in levels if min_importance <= lv <= level]
-                            return self._walk_narrowed(
-                                q,
-                                messages,
-                                accept,
-                                limit,
-                                heap,
-                                sorted(pool, reverse=True),
-                                rest,
-                                doc,
-                                max_score,
-                                seen if record else None,
-                                tests,
-                                ts_bound,
-                            )
+                    if (
+                        whole is not None
+                        and doc not in whole
+                        and (cap, level, ts_bound[doc >> _BLOCK_SHIFT]) < heap[0][:3]
+                    ):
+                        # Bounds only fall from here on: every remaining document
+                        # outside `whole` (this level and below) is out for good.
+                        # The candidates among them, intersected in C once (the
+                        # narrowed walk then needs no per-document list checks).
+                        pool = whole if cands is None else intersect(whole, cands)
+                        for p in filters:
+                            pool = intersect(pool, p)
+                        if skip is not None:
+                            pool = pool.difference(skip)
+                        rest = [lv for lv in levels if min_importance <= lv <= level]
+                        return self._walk_narrowed(
+                            q,
+                            messages,
+                            accept,
+                            limit,
+                            heap,
+                            sorted(pool, reverse=True),
+                            rest,
+                            doc,
+                            max_score,
+                            seen if record else None,
+                            tests,
+                            ts_bound,
+                        )
                 mid = ids[doc]
                 if mid is None:
                     continue
@@ -1236,7 +1258,7 @@ class SearchIndex:
         max_score: float,
         seen: set[int] | None,
         tests: list[Callable[[str], object]],
-        ts_bound: list[int],
+        ts_bound: array[int],
     ) -> bool:
         """The rest of a `_run_pass` walk once it is narrowed to `docs` (descending: the
         candidates that may hold a whole-word match, not scored yet): `levels` best first, and
@@ -1516,7 +1538,7 @@ class SearchIndex:
         for ch, s in self._char_bigrams.items():
             size += sys.getsizeof(ch) + sys.getsizeof(s)
         size += sys.getsizeof(self._ids) + self._docs.nbytes()
-        for arr in (self._sig, self._imp, self._blk_ts, self._blk_len):
+        for arr in (self._sig, self._imp, self._blk_ts, self._blk_len, self._ts_bound):
             size += sys.getsizeof(arr)
         size += sys.getsizeof(self._sessions)
         size += sum(sys.getsizeof(p) for p in self._sessions.values())
@@ -1539,6 +1561,8 @@ class SearchIndex:
                 stale += 1
         if stale:
             problems.append(f"search index: {stale} messages missing or indexed with old values")
+        if self._ts_bound != array("q", accumulate(self._blk_ts, max)):
+            problems.append("search index: the timestamp bounds are not the block maxima's")
         for table in (self._post, self._singles):
             for p in table.values():
                 bad = p.check() if isinstance(p, Postings) else ""

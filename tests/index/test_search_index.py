@@ -161,6 +161,7 @@ def index_state(index: SearchIndex) -> tuple[object, ...]:
         list(index._imp),
         list(index._blk_ts),
         list(index._blk_len),
+        list(index._ts_bound),
     )
 
 
