@@ -9,7 +9,6 @@ message. No content is shown or kept here: ids, kinds, times and names only.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from typing import Any, Final
@@ -29,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from convmem_app.browser.host_setup import HostSetup
+from convmem_app.inbox import Inbox
 from convmem_engine.runtime.activity import Activity, ActivityLog
 from convmem_engine.runtime.clients import ClientInfo
 
@@ -61,7 +61,6 @@ def client_label(c: ClientInfo) -> str:
 class HostsPage(QWidget):
     openRequested = Signal(str, str)  # message id, session id
     clientsChanged = Signal(list)  # the ClientInfo list shown
-    _activity = Signal()  # from writer threads, queued to the GUI thread: entries are waiting
 
     def __init__(
         self,
@@ -104,21 +103,14 @@ class HostsPage(QWidget):
         self.timer = QTimer(self)
         self.timer.setInterval(1000)
         self.timer.timeout.connect(self.refresh_clients)
-        # changes come in bursts (an import writes thousands): shown in batches
-        self._pending: list[Activity] = []
-        self._flush_timer = QTimer(self)
-        self._flush_timer.setSingleShot(True)
-        self._flush_timer.setInterval(100)
-        self._flush_timer.timeout.connect(self._flush)
-        # writer threads hand entries over in batches: one queued signal while any wait
-        self._arrived: list[Activity] = []
-        self._arrived_lock = threading.Lock()
-        self._activity.connect(self._take_arrived, Qt.ConnectionType.QueuedConnection)
+        # changes come in bursts (an import writes thousands): writer threads hand entries
+        # over in batches, shown together (one GUI wake-up per interval while they keep coming)
+        self._inbox: Inbox[Activity] = Inbox(self._show_entries, self)
         self._unsubscribe: Callable[[], None] | None = None
         if activity is not None:
             for entry in activity.entries():
                 self._add_entry(entry)
-            self._unsubscribe = activity.subscribe(self._arrive)
+            self._unsubscribe = activity.subscribe(self._inbox.put)
         self.refresh_clients()
 
     def stop(self) -> None:
@@ -156,24 +148,9 @@ class HostsPage(QWidget):
         self.empty_clients.setVisible(not clients)
         self.clientsChanged.emit(clients)
 
-    def _arrive(self, entry: Activity) -> None:  # writer thread
-        with self._arrived_lock:
-            self._arrived.append(entry)
-            first = len(self._arrived) == 1
-        if first:
-            self._activity.emit()
-
-    def _take_arrived(self) -> None:
-        with self._arrived_lock:
-            entries, self._arrived = self._arrived, []
-        self._pending.extend(entries)
-        if not self._flush_timer.isActive():
-            self._flush_timer.start()
-
-    def _flush(self) -> None:
-        pending, self._pending = self._pending[-FEED_MAX:], []
+    def _show_entries(self, entries: list[Activity]) -> None:  # GUI thread, from the inbox
         self.feed.setUpdatesEnabled(False)
-        for entry in pending:
+        for entry in entries[-FEED_MAX:]:
             self._add_entry(entry)
         self.feed.setUpdatesEnabled(True)
 

@@ -57,6 +57,7 @@ from PySide6.QtNetwork import QLocalSocket
 from PySide6.QtWidgets import QApplication, QWidget
 
 from convmem_app.hosts.configure import shim_command
+from convmem_app.inbox import Inbox
 from convmem_app.shell import autostart, claude_desktop
 from convmem_app.shell.http_control import HttpControl
 from convmem_app.shell.http_settings import HttpStatus
@@ -217,7 +218,6 @@ class ConvMemApp(QObject):
     _runtimeStopped = Signal()
     _healthReady = Signal(RuntimeHealth)
     _rebuildDone = Signal(object)
-    _storeChanged = Signal()
     _clientsChanged = Signal()
     _restoreDone = Signal(object)
 
@@ -286,8 +286,9 @@ class ConvMemApp(QObject):
         self._change_timer.setSingleShot(True)
         self._change_timer.setInterval(500)
         self._change_timer.timeout.connect(self.refresh_health)
-        self._storeChanged.connect(self._on_store_changed, queued)
-        self._store_change_queued = False  # a _storeChanged is on its way to the GUI thread
+        # writer threads' change events reach the GUI thread in batches (one wake-up per
+        # interval while writes keep coming, not one per write)
+        self._store_changes: Inbox[object] = Inbox(self._on_store_changed, self)
 
     # ---- startup ----
 
@@ -295,15 +296,7 @@ class ConvMemApp(QObject):
         self.state = state
         self.stateChanged.emit(state.value)
 
-    def _on_store_change(self, _event: object) -> None:
-        # Writer thread, once per change: one queued signal for all changes the GUI thread
-        # has not seen yet (a cross-thread signal per write costs the GUI thread per write).
-        if not self._store_change_queued:
-            self._store_change_queued = True
-            self._storeChanged.emit()
-
-    def _on_store_changed(self) -> None:
-        self._store_change_queued = False
+    def _on_store_changed(self, _events: list[object]) -> None:
         self._change_timer.start()  # health is refreshed once writes pause for 500 ms
 
     @property
@@ -363,7 +356,7 @@ class ConvMemApp(QObject):
         bridge.quitRequested.connect(self.quit)
         bridge.set_status_provider(self._control_status)
         self._unsubscribe = [
-            runtime.service.subscribe(self._on_store_change),
+            runtime.service.subscribe(self._store_changes.put),
             runtime.clients.subscribe(self._clientsChanged.emit),
         ]
         self._start_portability(runtime)

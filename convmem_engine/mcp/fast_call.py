@@ -207,12 +207,6 @@ class FastCall:
     cancelled: bool = False
     line: bytes = field(default=b"")
 
-    def request(self) -> types.JSONRPCRequest:
-        """The request as the SDK path would have parsed it (for the `on_request` observer)."""
-        return types.JSONRPCRequest.model_construct(
-            jsonrpc="2.0", id=self.request_id, method=METHOD, params=self.params
-        )
-
 
 def _has_modern_envelope(params: Mapping[str, Any] | None) -> bool:
     """As the SDK's runner decides an era: `params._meta` carries the protocol-version key."""

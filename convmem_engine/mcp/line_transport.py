@@ -75,9 +75,10 @@ INVALID_REQUEST: Final = -32600
 
 Send = Callable[[bytes], Awaitable[None]]
 ReadChunk = Callable[[], Awaitable[bytes]]
-OnRequest = Callable[[types.JSONRPCRequest], None]
-"""Called with each well-formed request before it is served (the runtime counts requests and
-reads the client's name from the handshake). Must be quick and must not raise."""
+OnRequest = Callable[[str, dict[str, Any] | None], None]
+"""Called with each well-formed request's method and params before it is served (the runtime
+counts requests and reads the client's name from the handshake). Must be quick and must not
+raise."""
 Inline = Callable[[], bool]
 """Asked when a write arrives alone in its session: True when serving it on the loop (no
 worker thread) holds up no other session (`fast_call.py`, "One call alone"). Must be quick."""
@@ -274,7 +275,7 @@ class _LineSession:
                 alone = self.in_flight == 0 and self.at_tail and self.fast.may_inline(call)
                 if await self.count_request(call.request_id):
                     if self.on_request is not None:
-                        self.on_request(call.request())
+                        self.on_request(fast_call.METHOD, call.params)
                     if alone:
                         await self.fast.serve_inline(call)
                     else:
@@ -287,7 +288,7 @@ class _LineSession:
             if not await self.count_request(message.id):
                 return
             if self.on_request is not None:
-                self.on_request(message)
+                self.on_request(message.method, message.params)
             if self.fast is not None:
                 self.fast.observe_request(message)
         elif isinstance(message, types.JSONRPCNotification) and (

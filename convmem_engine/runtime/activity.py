@@ -51,21 +51,38 @@ class ActivityLog:
         self._clock = clock
         self._lock = threading.Lock()
         self._entries: deque[Activity] = deque(maxlen=MAX_ENTRIES)
-        self._names: dict[int, str] = {}
+        self._names: dict[int, str] = {}  # every client's name as last seen (also once gone)
+        # the names of connected clients, good while the registry has not changed since:
+        # looked up per change, asked of the registry only after a client came, said who it
+        # is or went (`_generation` counts those)
+        self._current: dict[int, tuple[int, str]] = {}
+        self._generation = 0
         self._listeners: list[Callable[[Activity], None]] = []
+        self._unsubscribe_clients = clients.subscribe(self._clients_changed) if clients else None
         self._unsubscribe = service.subscribe(self._on_change)
 
     def close(self) -> None:
         self._unsubscribe()
+        if self._unsubscribe_clients is not None:
+            self._unsubscribe_clients()
+
+    def _clients_changed(self) -> None:  # on the thread of the session that changed
+        self._generation += 1
+        self._current = {}  # (gone clients' names stay in `_names`)
 
     def _client_name(self, client_id: int | None) -> str:
         if client_id is None or self._clients is None:
             return ""
+        generation = self._generation
+        known = self._current.get(client_id)
+        if known is not None and known[0] == generation:
+            return known[1]
         c = self._clients.get(client_id)
         if c is None:
             return self._names.get(client_id, f"client {client_id}")
         name = f"{c.name} {c.version}".strip() or f"{c.transport} client {client_id}"
         self._names[client_id] = name
+        self._current[client_id] = (generation, name)
         return name
 
     def _on_change(self, event: ChangeEvent) -> None:

@@ -2,10 +2,10 @@
 
 A listener calls `ClientRegistry.connect(transport)` when an MCP session starts and
 `ClientHandle.close()` when it ends; `Runtime.serve_session` does both, and feeds each request
-to `ClientHandle.observe`, which counts it and reads the client's name and version from the
-handshake (`initialize`'s `clientInfo`, or the `io.modelcontextprotocol/clientInfo` entry of a
-request's `_meta` in the 2026-07-28 era). Thread-safe: sessions run on the engine loop, the
-app reads from its GUI thread.
+(its method and params) to `ClientHandle.observe`, which counts it and reads the client's name
+and version from the handshake (`initialize`'s `clientInfo`, or the
+`io.modelcontextprotocol/clientInfo` entry of a request's `_meta` in the 2026-07-28 era).
+Thread-safe: sessions run on the engine loop, the app reads from its GUI thread.
 
 Nothing here records message content: a request is counted, never kept.
 """
@@ -18,10 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
-
-if TYPE_CHECKING:
-    import mcp_types as types
+from typing import Any, Final
 
 log = logging.getLogger(__name__)
 
@@ -97,13 +94,20 @@ class ClientHandle:
     def __init__(self, registry: ClientRegistry, client_id: int) -> None:
         self._registry = registry
         self.client_id = client_id
+        # the name and version as the client last sent them, before `_clean` (a client of
+        # the 2026-07-28 era sends them with every request: cleaned once, not per request)
+        self._said: tuple[object, object] | None = None
 
-    def observe(self, request: types.JSONRPCRequest) -> None:
-        """Count `request`; take the client's name and version from it if it carries them."""
-        info = _implementation(request.params, request.method)
+    def observe(self, method: str, params: Mapping[str, Any] | None) -> None:
+        """Count a request; take the client's name and version from it if it carries them
+        (a quick call: it runs for every request, on the session's loop)."""
+        info = _implementation(params, method)
         name = version = None
         if info is not None:
-            name, version = _clean(info.get("name")), _clean(info.get("version"))
+            said = (info.get("name"), info.get("version"))
+            if said != self._said:
+                self._said = said
+                name, version = _clean(said[0]), _clean(said[1])
         self._registry._touch(self.client_id, name, version)
 
     def identify(self, name: str, version: str) -> None:

@@ -427,8 +427,8 @@ class Session:
             self.order.append(answer.get("id"))
             self.arrived.set()
 
-        def observe(message: types.JSONRPCRequest) -> None:
-            self.requests.append(message.method)
+        def observe(method: str, _params: dict[str, Any] | None) -> None:
+            self.requests.append(method)
 
         await serve_chunks(self.server, read_chunk, send, on_request=observe, **self.options)
 

@@ -37,3 +37,48 @@ def test_changes_are_attributed_to_their_client(tmp_path: Path) -> None:
         feed.close()
     finally:
         rt.stop(0)
+
+
+def test_a_client_that_says_who_it_is_later_or_leaves_is_named_as_it_was(tmp_path: Path) -> None:
+    """Names are looked up once per registry change, not per write: a change of name, a new
+    client and a client gone are each seen by the next write."""
+    from convmem_engine.runtime.activity import CURRENT_CLIENT
+    from convmem_engine.runtime.clients import ClientRegistry
+    from convmem_engine.service import MemoryService
+
+    service = MemoryService.open(tmp_path / "data")
+    registry = ClientRegistry()
+    feed = ActivityLog(service, registry)
+    try:
+        a = registry.connect("pipe")
+
+        def write_as(client_id: int, n: int = 1) -> None:
+            token = CURRENT_CLIENT.set(client_id)
+            try:
+                for _ in range(n):
+                    service.write_message(session_id="s", role="user", content="x")
+            finally:
+                CURRENT_CLIENT.reset(token)
+
+        write_as(a.client_id, 3)
+        a.identify("host", "1")
+        write_as(a.client_id)
+        b = registry.connect("http")
+        write_as(b.client_id)
+        a.identify("host", "2")
+        write_as(a.client_id)
+        a.close()
+        write_as(a.client_id)  # a change after the client left: named as it last was
+        assert [e.client for e in feed.entries()] == [
+            "pipe client 1",
+            "pipe client 1",
+            "pipe client 1",
+            "host 1",
+            "http client 2",
+            "host 2",
+            "host 2",
+        ]
+        b.close()
+    finally:
+        feed.close()
+        service.close()

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import mcp_types as types
 import pytest
 
 from convmem_engine.domain.errors import BusyError
@@ -355,11 +354,10 @@ def test_a_client_is_alone_while_no_other_made_a_request_lately() -> None:
     registry = ClientRegistry(clock=lambda: now[0])
     a, b = registry.connect("pipe"), registry.connect("pipe")
     assert registry.alone(a.client_id) and registry.alone(b.client_id)  # connected, idle
-    ping = types.JSONRPCRequest(jsonrpc="2.0", id=1, method="ping")
-    a.observe(ping)
+    a.observe("ping", None)
     assert registry.alone(a.client_id) and not registry.alone(b.client_id)
-    b.observe(ping)
-    a.observe(ping)  # the last request of another client is remembered behind a's
+    b.observe("ping", None)
+    a.observe("ping", None)  # the last request of another client is remembered behind a's
     assert not registry.alone(a.client_id) and not registry.alone(b.client_id)
     now[0] += 2 * QUIET_SECONDS
     assert registry.alone(a.client_id) and registry.alone(b.client_id)
