@@ -21,6 +21,7 @@ tell the difference. Memory only: nothing here is on disk.
 from __future__ import annotations
 
 import json
+import re
 import struct
 import sys
 from collections.abc import Collection, ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
@@ -50,8 +51,19 @@ ROW_SIZE: Final = ROW.size  # 9
 PACKED_ROW: Final = 0  # a = id length, b = packed value length: the id (UTF-8), the value
 JSON_ROW: Final = 1  # a = 0, b = length: a message kept as a Message, its codec row as JSON
 SESSION_ROW: Final = 2  # a = length, b = 0: the next session number's id (UTF-8)
+# A block of plain values (no flags), CMSNAP5 only: a = the length of the ids, b = of the
+# values: <the ids, UTF-8, 0xFF between two> <each packed value followed by 0xFF>
+# (0xFF is never part of UTF-8: the ids split at it; a value is its 18-byte header, then
+# UTF-8 up to the 0xFF)
+COLUMN_BLOCK: Final = 3
+BLOCK_ROWS: Final = 4096  # rows per column block (about 300 kB at the corpus' sizes)
+_MIN_BLOCK: Final = 16  # a shorter run of plain values is written as packed rows
+_SEPARATOR: Final = b"\xff"
+_SEPARATOR_ESCAPED: Final = _SEPARATOR.decode("utf-8", "surrogateescape")
 _ROLE_CODES: Final = {r: i for i, r in enumerate(ROLES)}
 _BYTES_HEADER: Final = sys.getsizeof(b"")  # 33 on CPython 3.11 (64-bit)
+_ASCII_STR: Final = sys.getsizeof("")  # an ASCII str: this + its length (49 on CPython 3.11)
+assert sys.getsizeof("ab") == _ASCII_STR + 2
 _I64_MIN: Final = -(1 << 63)
 _I64_MAX: Final = (1 << 63) - 1
 _U32_MAX: Final = (1 << 32) - 1
@@ -409,11 +421,13 @@ class MessageTable:
                 self._session_bytes -= sys.getsizeof(sid)
                 sessions[n] = ""
 
-    def binary_rows(self, batch: int) -> Iterator[bytes]:
+    def binary_rows(self, batch: int, columns: bool = True) -> Iterator[bytes]:
         """The body of a snapshot in binary rows, in pieces of about `batch` bytes: first one
-        row per session of the session table (in number order), then one row per message in
-        creation order: its packed value as it is, or, for a message kept as a `Message`,
-        its codec row as JSON."""
+        row per session of the session table (in number order), then the messages in creation
+        order: with `columns` (CMSNAP5), each run of plain values (no flags) as column blocks
+        of up to BLOCK_ROWS rows, the others one row each; without (CMSNAP4), one row per
+        message: its packed value as it is, or, for a message kept as a `Message`, its codec
+        row as JSON."""
         parts: list[bytes] = []
         size = 0
         row = ROW.pack
@@ -422,6 +436,8 @@ class MessageTable:
             parts.append(row(SESSION_ROW, len(data), 0))
             parts.append(data)
             size += ROW_SIZE + len(data)
+        run_ids: list[bytes] = []
+        run_values: list[bytes] = []
         for k, v in self._values.items():
             if size >= batch:
                 yield b"".join(parts)
@@ -432,31 +448,48 @@ class MessageTable:
                 except UnicodeEncodeError:  # only from an old snapshot's JSON: kept as JSON
                     v = self.unpack(k, v)
                 else:
+                    if columns and not v[13]:
+                        run_ids.append(mid)
+                        run_values.append(v)
+                        if len(run_ids) == BLOCK_ROWS:
+                            size += _write_run(parts, run_ids, run_values)
+                            run_ids, run_values = [], []
+                        continue
+                    if run_ids:
+                        size += _write_run(parts, run_ids, run_values)
+                        run_ids, run_values = [], []
                     parts.append(row(PACKED_ROW, len(mid), len(v)))
                     parts.append(mid)
                     parts.append(v)
                     size += ROW_SIZE + len(mid) + len(v)
                     continue
+            if run_ids:
+                size += _write_run(parts, run_ids, run_values)
+                run_ids, run_values = [], []
             m: Message = v  # type: ignore[assignment]
             data = json.dumps(message_row(m), separators=(",", ":")).encode("ascii")
             parts.append(row(JSON_ROW, 0, len(data)))
             parts.append(data)
             size += ROW_SIZE + len(data)
+        if run_ids:
+            _write_run(parts, run_ids, run_values)
         if parts:
             yield b"".join(parts)
 
-    def load_binary(self, buf: bytes, pos: int) -> int:
-        """Add the complete binary rows of `buf[pos:]` (see `binary_rows`), checking each as
-        the codec checks a record: the id and the content valid UTF-8, the session number
-        one of the rows before, a known role and flags, the metadata a valid codec row.
-        Returns the offset of the first row that is not complete in `buf`. ValueError,
-        TypeError or struct.error on anything else."""
+    def load_binary(self, buf: bytes, pos: int, columns: bool = False) -> int:
+        """Add the complete binary rows of `buf[pos:]` (see `binary_rows`; column blocks only
+        with `columns`), checking each as the codec checks a record: the id and the content
+        valid UTF-8, the session number one of the rows before, a known role and flags, the
+        metadata a valid codec row. Counts what is added (`memory`). Returns the offset of
+        the first row that is not complete in `buf`. ValueError, TypeError or struct.error
+        on anything else."""
         values = self._values
         sessions = self._sessions
         n_sessions = len(sessions)
         row = ROW.unpack_from
         session_at = _U32.unpack_from
         n_roles = len(ROLES)
+        size = sys.getsizeof
         end = len(buf)
         while end - pos >= ROW_SIZE:
             kind, a, b = row(buf, pos)
@@ -464,7 +497,9 @@ class MessageTable:
             stop = start + a + b
             if stop > end:
                 break
-            if kind == PACKED_ROW:
+            if kind == COLUMN_BLOCK and columns:
+                self._load_columns(buf[start:stop], a, n_sessions)
+            elif kind == PACKED_ROW:
                 mid = buf[start : start + a].decode("utf-8")
                 v = buf[start + a : stop]
                 if b < HEAD_SIZE or session_at(v, 8)[0] >= n_sessions or v[12] >= n_roles:
@@ -474,6 +509,11 @@ class MessageTable:
                 else:
                     v[HEAD_SIZE:].decode("utf-8")
                 values[mid] = v
+                if v[13]:
+                    self._count(mid, v, 1)
+                else:
+                    self._entry_bytes += size(mid) + _BYTES_HEADER + HEAD_SIZE
+                    self._body_bytes += b - HEAD_SIZE
             elif kind == SESSION_ROW:
                 if b:
                     raise ValueError("session row: unexpected value")
@@ -496,10 +536,33 @@ class MessageTable:
                     raise ValueError("JSON row: unexpected id")
                 self.load_rows([loads(buf[start:stop].decode("utf-8"))])
                 n_sessions = len(sessions)
+                self._count(*next(reversed(values.items())), 1)
             else:
                 raise ValueError(f"unknown row kind {kind}")
             pos = stop
         return pos
+
+    def _load_columns(self, block: bytes, ids_length: int, n_sessions: int) -> None:
+        """Add a column block (`block`: its bytes after the row header): the ids split at
+        their separators, checked in one decode; the values found by one regular expression
+        that checks each as load_binary checks a packed row (`_values_pattern`)."""
+        ids = block[:ids_length]
+        checked = ids.replace(_SEPARATOR, b"\n")  # each id is valid if the whole is
+        if not checked.isascii():
+            checked.decode("utf-8")
+        id_text = ids.decode("utf-8", "surrogateescape")  # the separators -> U+DCFF only
+        keys = id_text.split(_SEPARATOR_ESCAPED)
+        values = _values_pattern(n_sessions).findall(block, ids_length)
+        n = len(values)
+        if n != len(keys) or b"" in values:
+            raise ValueError("column block: a value is not well formed, or not one per id")
+        if len(id_text) == len(ids):  # ASCII ids
+            key_bytes = n * _ASCII_STR + len(ids) - (n - 1)
+        else:
+            key_bytes = sum(map(sys.getsizeof, keys))
+        self._values.update(zip(keys, values, strict=False))
+        self._entry_bytes += key_bytes + n * (_BYTES_HEADER + HEAD_SIZE)
+        self._body_bytes += len(block) - ids_length - n * (HEAD_SIZE + 1)
 
 
 def _check_extras(value: bytes, flags: int) -> None:
@@ -518,6 +581,65 @@ def _check_extras(value: bytes, flags: int) -> None:
         metadata_from_row(loads(value[at : at + n].decode("utf-8")))
         at += n
     value[at:].decode("utf-8")
+
+
+def _write_run(parts: list[bytes], ids: list[bytes], values: list[bytes]) -> int:
+    """Append a run of plain values: as a column block, or as packed rows when it is short.
+    Returns the bytes appended."""
+    if len(ids) < _MIN_BLOCK:
+        written = 0
+        for mid, v in zip(ids, values, strict=True):
+            parts.append(ROW.pack(PACKED_ROW, len(mid), len(v)))
+            parts.append(mid)
+            parts.append(v)
+            written += ROW_SIZE + len(mid) + len(v)
+        return written
+    id_blob = _SEPARATOR.join(ids)
+    value_blob = _SEPARATOR.join(values) + _SEPARATOR
+    parts.append(ROW.pack(COLUMN_BLOCK, len(id_blob), len(value_blob)))
+    parts.append(id_blob)
+    parts.append(value_blob)
+    return ROW_SIZE + len(id_blob) + len(value_blob)
+
+
+# One character of UTF-8 as Python's decoder takes it (RFC 3629: no overlong forms, no
+# surrogates, nothing past U+10FFFF), a run of ASCII at a time.
+_UTF8: Final = (
+    rb"(?:[\x00-\x7f]++|[\xc2-\xdf][\x80-\xbf]|\xe0[\xa0-\xbf][\x80-\xbf]"
+    rb"|[\xe1-\xec\xee\xef][\x80-\xbf]{2}|\xed[\x80-\x9f][\x80-\xbf]"
+    rb"|\xf0[\x90-\xbf][\x80-\xbf]{2}|[\xf1-\xf3][\x80-\xbf]{3}|\xf4[\x80-\x8f][\x80-\xbf]{2})"
+)
+_patterns: dict[int, re.Pattern[bytes]] = {}
+
+
+def below(limit: int) -> bytes:
+    """A pattern matching the 4 bytes of a little-endian u32 below `limit`."""
+    if limit > _U32_MAX:
+        return rb"(?s:.{4})"
+    digits = limit.to_bytes(4, "little")
+    options = []
+    for i in range(3, -1, -1):  # the most significant byte that differs from the limit's
+        if digits[i]:
+            lower = b"[\\x00-\\x%02x]" % (digits[i] - 1)
+            same = b"".join(b"\\x%02x" % d for d in digits[i + 1 :])
+            options.append(b"(?s:.{%d})" % i + lower + same)
+    return b"(?:" + b"|".join(options) + b")" if options else rb"(?!)"
+
+
+def _values_pattern(n_sessions: int) -> re.Pattern[bytes]:
+    """The packed values of a column block, each followed by the separator: the header's
+    session number below `n_sessions`, a known role, no flags, the content valid UTF-8.
+    Anything else at a value's start matches the whole rest as an empty value (one failed
+    attempt, never a scan from each later byte)."""
+    pattern = _patterns.get(n_sessions)
+    if pattern is None:
+        roles = b"[\\x00-\\x%02x]" % (len(ROLES) - 1)
+        value = rb".{8}" + below(n_sessions) + roles + rb"\x00.{4}" + _UTF8 + rb"*+"
+        pattern = re.compile(rb"(?s)(" + value + rb")\xff|.+")
+        if len(_patterns) >= 16:
+            _patterns.clear()
+        _patterns[n_sessions] = pattern
+    return pattern
 
 
 class FrozenMessages(Collection[Message]):

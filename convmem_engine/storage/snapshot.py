@@ -35,13 +35,16 @@ from convmem_engine.storage.fs import FileSystem
 from convmem_engine.storage.packed import MessageTable
 from convmem_engine.storage.record import FORMAT_VERSION, UPGRADABLE_VERSIONS
 
-MAGIC: Final = b"CMSNAP4\n"
-BINARY: Final = 4  # the body layouts, named by their magic's digit
+MAGIC: Final = b"CMSNAP5\n"
+COLUMNS: Final = 5  # the body layouts, named by their magic's digit
+BINARY: Final = 4
 JSON_LINES: Final = 3
+MAGIC_OF: Final = {COLUMNS: MAGIC, BINARY: b"CMSNAP4\n"}  # the layouts written
 # magic -> (store format version of the state, body layout). An older format's snapshot is
 # never loaded: its meta is read (it proves how far its log was durable), its body never is.
 MAGICS: Final = {
-    MAGIC: (FORMAT_VERSION, BINARY),
+    MAGIC: (FORMAT_VERSION, COLUMNS),
+    b"CMSNAP4\n": (FORMAT_VERSION, BINARY),
     b"CMSNAP3\n": (FORMAT_VERSION, JSON_LINES),
     b"CMSNAP2\n": (2, 0),
 }
@@ -83,7 +86,7 @@ class SnapshotMeta:
     body_length: int
     body_crc32: int
     format_version: int = FORMAT_VERSION
-    layout: int = BINARY  # from the magic, not in the meta's JSON
+    layout: int = COLUMNS  # from the magic, not in the meta's JSON
 
     def to_bytes(self) -> bytes:
         d = dataclasses.asdict(self)
@@ -92,7 +95,7 @@ class SnapshotMeta:
 
     @classmethod
     def from_bytes(
-        cls, data: bytes, version: int = FORMAT_VERSION, layout: int = BINARY
+        cls, data: bytes, version: int = FORMAT_VERSION, layout: int = COLUMNS
     ) -> SnapshotMeta:
         d = loads(data.decode("ascii"))
         if not isinstance(d, dict):
@@ -106,17 +109,19 @@ class SnapshotMeta:
         return meta
 
 
-def write_snapshot_file(fs: FileSystem, fd: int, messages: MessageTable, **meta: int) -> int:
-    """Write a complete snapshot of `messages` to `fd` (not fsynced). Returns its size.
-    Raises OSError."""
-    size = _write_all(fs, fd, MAGIC)
+def write_snapshot_file(
+    fs: FileSystem, fd: int, messages: MessageTable, layout: int = COLUMNS, **meta: int
+) -> int:
+    """Write a complete snapshot of `messages` to `fd` (not fsynced) in `layout` (COLUMNS;
+    BINARY only to test that older snapshots load). Returns its size. Raises OSError."""
+    size = _write_all(fs, fd, MAGIC_OF[layout])
     crc = 0
     body_length = 0
-    for piece in messages.binary_rows(_CHUNK):
+    for piece in messages.binary_rows(_CHUNK, columns=layout == COLUMNS):
         crc = zlib.crc32(piece, crc)
         body_length += len(piece)
         size += _write_all(fs, fd, piece)
-    m = SnapshotMeta(body_length=body_length, body_crc32=crc, **meta).to_bytes()
+    m = SnapshotMeta(body_length=body_length, body_crc32=crc, layout=layout, **meta).to_bytes()
     size += _write_all(fs, fd, m + TRAILER.pack(len(m), zlib.crc32(m), END_MAGIC))
     return size
 
@@ -171,13 +176,14 @@ def read_body(fs: FileSystem, fd: int, meta: SnapshotMeta) -> MessageTable:
     out = MessageTable()
     try:
         with gc_paused():
-            if meta.layout == BINARY:
-                _read_binary_rows(fs, fd, meta, out)
-            else:
+            if meta.layout == JSON_LINES:
                 _read_rows(fs, fd, meta, out)
+            else:  # the binary rows count what they add
+                _read_binary_rows(fs, fd, meta, out)
         if len(out) != meta.count:
             raise SnapshotError("row count mismatch")
-        out.recount()
+        if meta.layout == JSON_LINES:
+            out.recount()
     except SnapshotError:
         raise
     except OSError:
@@ -228,13 +234,15 @@ def _read_rows(fs: FileSystem, fd: int, meta: SnapshotMeta, out: MessageTable) -
 
 
 def _read_binary_rows(fs: FileSystem, fd: int, meta: SnapshotMeta, out: MessageTable) -> None:
-    """The CMSNAP4 body, read in 4 MiB pieces; a row cut by a piece's end is completed
-    from the next (a row longer than a piece makes the buffer grow to hold it)."""
+    """The CMSNAP5 or CMSNAP4 body, read in 4 MiB pieces; a row (or column block) cut by a
+    piece's end is completed from the next (a row longer than a piece makes the buffer grow
+    to hold it)."""
     rest = b""
     load = out.load_binary
+    columns = meta.layout == COLUMNS
     for chunk in _body_chunks(fs, fd, meta):
         buf = rest + chunk if rest else chunk
-        used = load(buf, 0)
+        used = load(buf, 0, columns)
         rest = buf[used:]
     if rest:
         raise SnapshotError("body CRC mismatch or a row cut short")

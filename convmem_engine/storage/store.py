@@ -463,10 +463,11 @@ class Store:
                 return None
             self._messages = body  # before open returns: nobody holds the old view yet
             self._snapshot_size = size
-            if meta.layout == snap.BINARY:
+            if meta.layout == snap.COLUMNS:
                 self._snapshot_at = (meta.generation, meta.log_offset)
-            # else (JSON rows, before issue 13): the next close writes it again in binary rows,
-            # even when the log did not move (the same state: a derived file's tag still holds)
+            # else (JSON rows, or binary rows without column blocks: older versions): the next
+            # close writes it again in the current layout, even when the log did not move (the
+            # same state: a derived file's tag still holds)
             return meta
         finally:
             if sfd >= 0:

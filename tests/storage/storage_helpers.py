@@ -228,6 +228,20 @@ def json_rows_snapshot(data: bytes, messages: list[Message]) -> bytes:
     return resign_snapshot(b"CMSNAP3\n" + data[len(snap.MAGIC) :], body)
 
 
+def binary_rows_snapshot(data: bytes) -> bytes:
+    """`data` (a snapshot file) rewritten with the binary rows without column blocks (CMSNAP4)
+    that snapshots had before them, its CRCs matching: a store's snapshot from then."""
+    from convmem_engine.storage import snapshot as snap
+    from convmem_engine.storage.packed import MessageTable
+
+    meta_len, _crc, _end = snap.TRAILER.unpack(data[-snap.TRAILER.size :])
+    meta = snap.SnapshotMeta.from_bytes(data[-snap.TRAILER.size - meta_len : -snap.TRAILER.size])
+    table = MessageTable()
+    assert table.load_binary(snapshot_body(data), 0, columns=True) == meta.body_length
+    body = b"".join(table.binary_rows(1 << 20, columns=False))
+    return resign_snapshot(snap.MAGIC_OF[snap.BINARY] + data[len(snap.MAGIC) :], body)
+
+
 def snapshot_body(data: bytes) -> bytes:
     from convmem_engine.storage import snapshot as snap
 

@@ -1,7 +1,8 @@
-"""The store's in-memory table (storage/packed.py) and the binary snapshot rows (CMSNAP4):
-every kind of message comes back equal, the memory counts follow every change, a store whose
-snapshot is of the older JSON layout (CMSNAP3) opens from it and writes the new one, and a
-crafted binary body (CRCs recomputed) is refused whole, never half loaded."""
+"""The store's in-memory table (storage/packed.py) and the binary snapshot bodies (CMSNAP5
+with its column blocks, and the older CMSNAP4, still read): every kind of message comes back
+equal, the memory counts follow every change, a store whose snapshot is of an older layout
+(CMSNAP3 JSON rows, CMSNAP4 binary rows) opens from it and writes the new one, and a crafted
+body (CRCs recomputed) is refused whole, never half loaded."""
 
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ def test_packed_value_is_header_plus_content() -> None:
     assert v.endswith(b"hello")
 
 
-def _snapshot_of(tmp_path: Path, msgs: list[Message]) -> Path:
+def _snapshot_of(tmp_path: Path, msgs: list[Message], layout: int = snap.COLUMNS) -> Path:
     path = tmp_path / "s.bin"
     table = MessageTable()
     for m in msgs:
@@ -94,6 +95,7 @@ def _snapshot_of(tmp_path: Path, msgs: list[Message]) -> Path:
             fs,
             fd,
             table,
+            layout,
             generation=1,
             log_offset=1,
             log_prefix_crc32=0,
@@ -119,10 +121,11 @@ def _load(path: Path) -> MessageTable:
         fs.close(fd)
 
 
-def test_binary_snapshot_round_trip(tmp_path: Path) -> None:
+@pytest.mark.parametrize("layout", [snap.COLUMNS, snap.BINARY])
+def test_binary_snapshot_round_trip(tmp_path: Path, layout: int) -> None:
     msgs = odd_messages() + [make_message(f"m{i}", session=f"s{i % 7}") for i in range(20_000)]
-    path = _snapshot_of(tmp_path, msgs)
-    assert path.read_bytes().startswith(b"CMSNAP4\n")
+    path = _snapshot_of(tmp_path, msgs, layout)
+    assert path.read_bytes().startswith(b"CMSNAP%d\n" % layout)
     table = _load(path)
     assert list(table.values()) == msgs
     assert table.memory() == table.recount()
@@ -157,8 +160,9 @@ def _value(ts: int = 1, session: int = 0, role: int = 0, flags: int = 0, rev: in
         packed.ROW.pack(0, 5, 100) + b"short",  # cut short
     ],
 )
-def test_crafted_binary_rows_are_refused(tmp_path: Path, rows: bytes) -> None:
-    path = _snapshot_of(tmp_path, [make_message("a", session="s")])
+@pytest.mark.parametrize("layout", [snap.COLUMNS, snap.BINARY])
+def test_crafted_binary_rows_are_refused(tmp_path: Path, rows: bytes, layout: int) -> None:
+    path = _snapshot_of(tmp_path, [make_message("a", session="s")], layout)
     data = path.read_bytes()
     body = _row(2, b"s") + rows
     path.write_bytes(resign_snapshot(data, body))
@@ -185,7 +189,7 @@ def test_a_store_with_a_json_snapshot_opens_from_it_and_writes_binary(tmp_path: 
         assert s.stats().snapshot_valid is True
         assert [m.to_json() for m in s.messages.values()] == expected
         assert s.check() == []
-    assert (d / "snapshot.bin").read_bytes().startswith(b"CMSNAP4\n")
+    assert (d / "snapshot.bin").read_bytes().startswith(snap.MAGIC)
     with Store.open(d) as s:
         assert s.take_open_changes() == {}  # the new snapshot covers the whole log
         assert [m.to_json() for m in s.messages.values()] == expected
@@ -204,7 +208,7 @@ def test_a_json_snapshot_of_an_unchanged_log_is_rewritten_binary_at_close(tmp_pa
         assert s.take_open_changes() == {} and list(s.messages.values()) == msgs
     assert (tmp_path / "active.log").read_bytes() == log  # the log untouched
     again = (tmp_path / "snapshot.bin").read_bytes()
-    assert again.startswith(b"CMSNAP4\n") and again == data  # the same state, binary rows
+    assert again.startswith(snap.MAGIC) and again == data  # the same state, binary rows
     with Store.open(tmp_path) as s:
         assert list(s.messages.values()) == msgs and s.check() == []
 
