@@ -56,6 +56,9 @@ SESSION_ROW: Final = 2  # a = length, b = 0: the next session number's id (UTF-8
 # (0xFF is never part of UTF-8: the ids split at it; a value is its 18-byte header, then
 # UTF-8 up to the 0xFF)
 COLUMN_BLOCK: Final = 3
+# The session table as a block (CMSNAP5 only): a = the length of the session ids (UTF-8,
+# 0xFF between two), b = 0; the ids take the next session numbers, as that many session rows
+SESSION_BLOCK: Final = 4
 BLOCK_ROWS: Final = 4096  # rows per column block (about 300 kB at the corpus' sizes)
 _MIN_BLOCK: Final = 16  # a shorter run of plain values is written as packed rows
 _SEPARATOR: Final = b"\xff"
@@ -431,11 +434,20 @@ class MessageTable:
         parts: list[bytes] = []
         size = 0
         row = ROW.pack
-        for sid in self._sessions:
-            data = sid.encode("utf-8")
-            parts.append(row(SESSION_ROW, len(data), 0))
-            parts.append(data)
-            size += ROW_SIZE + len(data)
+        if columns:
+            for at in range(0, len(self._sessions), BLOCK_ROWS):
+                data = _SEPARATOR.join(
+                    s.encode("utf-8") for s in self._sessions[at : at + BLOCK_ROWS]
+                )
+                parts.append(row(SESSION_BLOCK, len(data), 0))
+                parts.append(data)
+                size += ROW_SIZE + len(data)
+        else:
+            for sid in self._sessions:
+                data = sid.encode("utf-8")
+                parts.append(row(SESSION_ROW, len(data), 0))
+                parts.append(data)
+                size += ROW_SIZE + len(data)
         run_ids: list[bytes] = []
         run_values: list[bytes] = []
         for k, v in self._values.items():
@@ -499,6 +511,9 @@ class MessageTable:
                 break
             if kind == COLUMN_BLOCK and columns:
                 self._load_columns(buf[start:stop], a, n_sessions)
+            elif kind == SESSION_BLOCK and columns and not b:
+                self._load_sessions(buf[start:stop])
+                n_sessions = len(sessions)
             elif kind == PACKED_ROW:
                 mid = buf[start : start + a].decode("utf-8")
                 v = buf[start + a : stop]
@@ -542,21 +557,36 @@ class MessageTable:
             pos = stop
         return pos
 
+    def _load_sessions(self, block: bytes) -> None:
+        """Add a session block: its ids take the next numbers, each checked as a session row
+        is (UTF-8, never a session id twice; the first "" serves later writes of "")."""
+        sids = list(map(sys.intern, _split_text(block)))
+        numbers = self._session_numbers
+        base = len(self._sessions)
+        before = len(numbers)
+        empty = numbers.get("")
+        named = list(filter(None, sids))
+        numbers.update(zip(sids, range(base, base + len(sids)), strict=True))
+        if len(named) < len(sids):  # an empty id: a pruned number's placeholder, or ""
+            numbers[""] = base + sids.index("") if empty is None else empty
+        if len(numbers) != before + len(named) + (empty is None and len(named) < len(sids)):
+            raise ValueError("session block: a session id twice")
+        sessions = self._sessions
+        for sid in sids:  # one at a time: the list grows (and is counted) as with session rows
+            sessions.append(sid)
+        self._session_bytes += sum(map(sys.getsizeof, named))
+
     def _load_columns(self, block: bytes, ids_length: int, n_sessions: int) -> None:
         """Add a column block (`block`: its bytes after the row header): the ids split at
         their separators, checked in one decode; the values found by one regular expression
         that checks each as load_binary checks a packed row (`_values_pattern`)."""
         ids = block[:ids_length]
-        checked = ids.replace(_SEPARATOR, b"\n")  # each id is valid if the whole is
-        if not checked.isascii():
-            checked.decode("utf-8")
-        id_text = ids.decode("utf-8", "surrogateescape")  # the separators -> U+DCFF only
-        keys = id_text.split(_SEPARATOR_ESCAPED)
+        keys = _split_text(ids)
         values = _values_pattern(n_sessions).findall(block, ids_length)
         n = len(values)
         if n != len(keys) or b"" in values:
             raise ValueError("column block: a value is not well formed, or not one per id")
-        if len(id_text) == len(ids):  # ASCII ids
+        if sum(map(len, keys)) == len(ids) - (n - 1):  # ASCII ids
             key_bytes = n * _ASCII_STR + len(ids) - (n - 1)
         else:
             key_bytes = sum(map(sys.getsizeof, keys))
@@ -583,6 +613,15 @@ def _check_extras(value: bytes, flags: int) -> None:
     value[at:].decode("utf-8")
 
 
+def _split_text(data: bytes) -> list[str]:
+    """The strings of UTF-8 pieces with 0xFF between two, each checked as valid UTF-8."""
+    checked = data.replace(_SEPARATOR, b"\n")  # each piece is valid if the whole is
+    if not checked.isascii():
+        checked.decode("utf-8")
+    # the separators decode to U+DCFF, and nothing else can (it is checked above)
+    return data.decode("utf-8", "surrogateescape").split(_SEPARATOR_ESCAPED)
+
+
 def _write_run(parts: list[bytes], ids: list[bytes], values: list[bytes]) -> int:
     """Append a run of plain values: as a column block, or as packed rows when it is short.
     Returns the bytes appended."""
@@ -602,13 +641,15 @@ def _write_run(parts: list[bytes], ids: list[bytes], values: list[bytes]) -> int
     return ROW_SIZE + len(id_blob) + len(value_blob)
 
 
-# One character of UTF-8 as Python's decoder takes it (RFC 3629: no overlong forms, no
-# surrogates, nothing past U+10FFFF), a run of ASCII at a time.
-_UTF8: Final = (
-    rb"(?:[\x00-\x7f]++|[\xc2-\xdf][\x80-\xbf]|\xe0[\xa0-\xbf][\x80-\xbf]"
-    rb"|[\xe1-\xec\xee\xef][\x80-\xbf]{2}|\xed[\x80-\x9f][\x80-\xbf]"
-    rb"|\xf0[\x90-\xbf][\x80-\xbf]{2}|[\xf1-\xf3][\x80-\xbf]{3}|\xf4[\x80-\x8f][\x80-\xbf]{2})"
+# Text that is valid UTF-8 as Python's decoder takes it (RFC 3629: no overlong forms, no
+# surrogates, nothing past U+10FFFF): runs of ASCII, each after a multibyte character (the
+# lookahead spares the alternatives at the end of the text).
+_MULTIBYTE: Final = (
+    rb"(?:[\xc2-\xdf][\x80-\xbf]|\xe0[\xa0-\xbf][\x80-\xbf]|[\xe1-\xec\xee\xef][\x80-\xbf]{2}"
+    rb"|\xed[\x80-\x9f][\x80-\xbf]|\xf0[\x90-\xbf][\x80-\xbf]{2}|[\xf1-\xf3][\x80-\xbf]{3}"
+    rb"|\xf4[\x80-\x8f][\x80-\xbf]{2})"
 )
+UTF8_TEXT: Final = rb"[\x00-\x7f]*+(?:(?=[\xc2-\xf4])" + _MULTIBYTE + rb"[\x00-\x7f]*+)*+"
 _patterns: dict[int, re.Pattern[bytes]] = {}
 
 
@@ -634,7 +675,7 @@ def _values_pattern(n_sessions: int) -> re.Pattern[bytes]:
     pattern = _patterns.get(n_sessions)
     if pattern is None:
         roles = b"[\\x00-\\x%02x]" % (len(ROLES) - 1)
-        value = rb".{8}" + below(n_sessions) + roles + rb"\x00.{4}" + _UTF8 + rb"*+"
+        value = rb".{8}" + below(n_sessions) + roles + rb"\x00.{4}" + UTF8_TEXT
         pattern = re.compile(rb"(?s)(" + value + rb")\xff|.+")
         if len(_patterns) >= 16:
             _patterns.clear()

@@ -2,20 +2,23 @@
 
 Layout (see docs/storage-format.md):
 
-    b"CMSNAP4\n"                      8-byte magic: store format 3, binary rows (written)
+    b"CMSNAP5\n"                      8-byte magic: store format 3, binary rows with column
+                                      blocks (written)
+                                      b"CMSNAP4\n": format 3, binary rows (read only)
                                       b"CMSNAP3\n": format 3, JSON rows (read only)
                                       b"CMSNAP2\n": format 2 (only its meta is ever read)
-    body (CMSNAP4): binary rows <B kind> <u32 a> <u32 b> + a + b bytes: first one row per
-          session id, then one per message in creation order, its in-memory packed value
-          as it is (storage/packed.py); a message that does not fit the packed layout as
-          its codec row in JSON
+    body (CMSNAP5, CMSNAP4): binary rows <B kind> <u32 a> <u32 b> + a + b bytes: first one
+          row per session id, then the messages in creation order: a packed value as it
+          is (storage/packed.py), or a message that does not fit the packed layout as its
+          codec row in JSON; in CMSNAP5 each run of plain values (no flags) as column blocks
+          of up to 4096 messages (packed.COLUMN_BLOCK)
     body (CMSNAP3): lines of JSON arrays of up to 4096 codec rows (codec.message_row)
     meta: compact JSON object (format_version, generation, log_offset, log_prefix_crc32,
           last_sequence, counters, count, body_length, body_crc32)
     trailer: <u32 meta length> <u32 crc32(meta)> b"CMSE"   (12 bytes, little-endian)
 
-Loading a CMSNAP4 body is slicing: each packed value is kept as the bytes read (after its
-checks), so open builds no Message and decodes no JSON.
+Loading a binary body builds no Message and decodes no JSON: each packed value is kept as
+the bytes read (after its checks); a column block is loaded a block at a time, at C speed.
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ def test_the_utf8_pattern_is_the_decoder(data: bytes) -> None:
         valid = True
     except UnicodeDecodeError:
         valid = False
-    assert bool(re.fullmatch(packed._UTF8 + rb"*+", data)) == valid
+    assert bool(re.fullmatch(packed.UTF8_TEXT, data)) == valid
 
 
 @st.composite
@@ -195,6 +195,53 @@ CRAFTED = {
 }
 
 
+def _sessions(*sids: bytes) -> bytes:
+    blob = b"\xff".join(sids)
+    return packed.ROW.pack(packed.SESSION_BLOCK, len(blob), 0) + blob
+
+
+CRAFTED_SESSIONS = {
+    "a session id twice in a block": _sessions(b"s", b"t", b"s") + _block(IDS, GOOD),
+    "a session id of a row before": _session(b"s") + _sessions(b"t", b"s") + _block(IDS, GOOD),
+    "a session id of a block before": _sessions(b"s") + _sessions(b"t", b"s"),
+    "a session id not UTF-8": _sessions(b"s", b"t\xc3") + _block(IDS, GOOD),
+    "a session id a surrogate": _sessions(b"s", b"\xed\xb3\xbf") + _block(IDS, GOOD),
+    "a session block with a value": packed.ROW.pack(packed.SESSION_BLOCK, 1, 1) + b"sx",
+    "too few sessions for the values": _sessions(b"s") + _block(IDS, _with(1, _head(session=1))),
+}
+GOOD_SESSIONS = {
+    "two blocks": _sessions(b"s") + _sessions(b"t") + _block(IDS, GOOD),
+    "placeholders": _sessions(b"", b"s", b"") + _sessions(b"", b"t") + _block(IDS, GOOD),
+    "rows and a block": _session(b"s") + _sessions(b"", b"t") + _block(IDS, GOOD),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CRAFTED_SESSIONS))
+def test_a_crafted_session_block_is_refused(tmp_path: Path, case: str) -> None:
+    path = _snapshot_of(tmp_path, [make_message(f"m{i}") for i in range(N)])
+    data = path.read_bytes()
+    path.write_bytes(resign_snapshot(data, CRAFTED_SESSIONS[case]))
+    with pytest.raises(snap.SnapshotError):
+        _load(path)
+
+
+@pytest.mark.parametrize("case", sorted(GOOD_SESSIONS))
+def test_session_blocks_number_as_session_rows(tmp_path: Path, case: str) -> None:
+    path = _snapshot_of(tmp_path, [make_message(f"m{i}") for i in range(N)])
+    data = path.read_bytes()
+    path.write_bytes(resign_snapshot(data, GOOD_SESSIONS[case]))
+    table = _load(path)
+    named = [s for s in table._sessions if s]
+    assert named == ["s", "t"]
+    assert table._session_numbers == {
+        "s": table._sessions.index("s"),
+        "t": table._sessions.index("t"),
+        **({"": table._sessions.index("")} if "" in table._sessions else {}),
+    }
+    assert [m.session_id for m in table.values()] == [table._sessions[0]] * N
+    assert table.memory() == MessageTable.recount(table)
+
+
 def _crafted_body(rows: bytes) -> bytes:
     return _session(b"s") + _session(b"t") + rows
 
@@ -297,7 +344,7 @@ def test_column_blocks_hold_the_plain_runs(tmp_path: Path) -> None:
         kinds.append((kind, ids.count(b"\xff") + 1) if kind == packed.COLUMN_BLOCK else kind)
         pos += packed.ROW_SIZE + a + b
     assert kinds == [
-        packed.SESSION_ROW,
+        packed.SESSION_BLOCK,
         (packed.COLUMN_BLOCK, packed.BLOCK_ROWS),
         *[packed.PACKED_ROW] * 5,
         packed.PACKED_ROW,
