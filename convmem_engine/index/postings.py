@@ -35,6 +35,7 @@ from typing import Final, TypeAlias
 __all__ = [
     "BIG",
     "BITMAP",
+    "PROBE_RATIO",
     "PostingList",
     "Postings",
     "checker",
@@ -58,7 +59,7 @@ exactly BITMAP documents (the same 8 KiB either way, and it keeps lengths unambi
 1 in 4, reading a bitmap (each of its 65,536 positions is looked at) costs more than reading
 2-byte offsets: measured on the corpus, 1 in 8 made the searches that read whole dense lists
 (`the and`, `ing ing`) 1.4-2.1x slower for 5.7 MiB (9%) less memory."""
-_PROBE_RATIO: Final = 16  # intersect(): test each document when the set is this much smaller
+PROBE_RATIO: Final = 16  # intersect(): test each document when the set is this much smaller
 _SPAN: Final = 1 << 16
 _MASK: Final = _SPAN - 1
 _LITTLE: Final = sys.byteorder == "little"
@@ -442,7 +443,7 @@ def checker(postings: Sequence[int] | Postings) -> Callable[[int], bool]:
 def intersect(docs: set[int], postings: Sequence[int] | Postings) -> set[int]:
     """The documents of `docs` that are in `postings` (a new set): tested one by one when
     `docs` is much the smaller, else by reading the list in C."""
-    if len(docs) * _PROBE_RATIO < len(postings):
+    if len(docs) * PROBE_RATIO < len(postings):
         return set(filter(checker(postings), docs))
     return docs.intersection(members(postings))
 

@@ -27,7 +27,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import accumulate, compress, islice, pairwise, repeat
+from itertools import accumulate, compress, pairwise, repeat
 from operator import add, call, eq, neg
 from typing import Final, TypeAlias
 
@@ -37,6 +37,7 @@ from convmem_engine.index.postings import (
     BIG,
     BITMAP,
     DENSE,
+    PROBE_RATIO,
     PostingList,
     Postings,
     checker,
@@ -68,6 +69,7 @@ _FILTERS: Final = 3  # posting lists checked by bisect before verifying a candid
 _EAGER_MAX: Final = 2048  # intersect candidate lists eagerly when the rarest is this short
 _INTERSECT_RATIO: Final = 16  # ... and the next list at most this many times the survivors
 _LAZY_STEPS: Final = 2048  # candidates checked by bisection before the rest is intersected
+_LAZY_SAMPLE: Final = 64  # ... and how often the pass rate is looked at (`_filtered`)
 _LANE_RATIO: Final = 16  # walk an importance level's own list when it is this much shorter
 _ADAPT_AFTER: Final = 1024  # candidates walked with a full heap of >= 0.8 scores and no early
 # stop before the walk learns which documents may hold a whole-word match
@@ -585,17 +587,25 @@ Candidates: TypeAlias = "Sequence[int] | Postings"
 """Ascending candidate document numbers: a sorted list, a plain posting list or a `Postings`."""
 
 
-def _filtered(cands: Candidates, filters: list[PostingList]) -> Iterator[int]:
+def _filtered(cands: Candidates, filters: list[PostingList], want: int) -> Iterator[int]:
     """`cands` newest first, only the documents in every list of `filters`. The first
     _LAZY_STEPS are checked one by one (a walk that stops early pays only for what it
     walked); the rest is intersected in C at once, with every list at most _INTERSECT_RATIO
     times the survivors (longer ones are still checked one by one). Same documents, same
-    order either way."""
+    order either way. The one-by-one checks end sooner when, at the rate documents have
+    passed so far, `want` of them would take more than _LAZY_STEPS: the walk would likely
+    reach the C intersection anyway, after ~1 us of checks per document until then."""
     checks = [checker(p) for p in filters]
     walk = reversed(cands)
-    for doc in islice(walk, _LAZY_STEPS):
+    passed = 0
+    for steps, doc in enumerate(walk, 1):
         if all(map(call, checks, repeat(doc))):
+            passed += 1
             yield doc
+        if steps >= _LAZY_STEPS or (
+            not steps % _LAZY_SAMPLE and want * steps > _LAZY_STEPS * max(passed, 1)
+        ):
+            break
     rest = set(walk)  # what the walk has not reached
     if not rest:
         return
@@ -1154,7 +1164,7 @@ class SearchIndex:
                 stream = filter(checker(cands), reversed(lane))
                 checks = [checker(p) for p in filters]
             elif len(lanes) == 1:
-                stream = _filtered(cands, filters) if filters else reversed(cands)
+                stream = _filtered(cands, filters, limit) if filters else reversed(cands)
             else:
                 # Several levels: lazy, level first (a level's walk usually ends within its
                 # first hits, before a C intersection of the rest would pay).
@@ -1183,11 +1193,19 @@ class SearchIndex:
                     ):
                         # Bounds only fall from here on: every remaining document
                         # outside `whole` (this level and below) is out for good.
-                        # The candidates among them, intersected in C once (the
-                        # narrowed walk then needs no per-document list checks).
-                        pool = whole if cands is None else intersect(whole, cands)
-                        for p in filters:
-                            pool = intersect(pool, p)
+                        # The candidates among them: intersected in C with each list
+                        # that is not much longer than them, the others checked per
+                        # document as the narrowed walk reaches it (the same test as
+                        # `intersect` would make on every one; the walk often stops
+                        # after a few).
+                        pool = whole
+                        later: list[Callable[[int], bool]] = []
+                        lists = filters if cands is None else [cands, *filters]
+                        for p in sorted(lists, key=len):
+                            if len(pool) * PROBE_RATIO < len(p):
+                                later.append(checker(p))
+                            else:
+                                pool = intersect(pool, p)
                         if skip is not None:
                             pool = pool.difference(skip)
                         rest = [lv for lv in levels if min_importance <= lv <= level]
@@ -1204,6 +1222,7 @@ class SearchIndex:
                             seen if record else None,
                             tests,
                             ts_bound,
+                            later,
                         )
                 mid = ids[doc]
                 if mid is None:
@@ -1259,10 +1278,12 @@ class SearchIndex:
         seen: set[int] | None,
         tests: list[Callable[[str], object]],
         ts_bound: array[int],
+        checks: list[Callable[[int], bool]],
     ) -> bool:
         """The rest of a `_run_pass` walk once it is narrowed to `docs` (descending: the
-        candidates that may hold a whole-word match, not scored yet): `levels` best first, and
-        in the first one only the documents below `below`. Every other remaining candidate, and
+        documents that may hold a whole-word match, not scored yet; the candidates among them
+        pass every test of `checks`): `levels` best first, and in the first one only the
+        documents below `below`. Every other remaining candidate, and
         every one here that fails a test of `tests` (unless, in pass 2, it holds the phrase),
         scores at most the walk's cap, which can no longer beat the worst kept hit (the bounds
         only fall from here on): they are skipped unscored. Returns False on an early stop."""
@@ -1290,6 +1311,8 @@ class SearchIndex:
                         last_block = block
                         if (max_score, level, ts_bound[block]) < heap[0][:3]:
                             return False
+                if checks and not all(map(call, checks, repeat(doc))):
+                    continue
                 mid = ids[doc]
                 if mid is None:
                     continue

@@ -883,7 +883,9 @@ def test_filtered_walk_equals_the_intersection(seed: int) -> None:
     ]
     sets = [set(p) for p in filters]
     expected = [d for d in reversed(cands) if all(d in s for s in sets)]
-    assert list(_filtered(cands, filters)) == expected
+    # `want`: hits the walk needs (how soon a walk passing few goes to the C intersection)
+    for want in (1, 20, 1000):
+        assert list(_filtered(cands, filters, want)) == expected
 
 
 def test_phrase_pass_past_the_lazy_steps() -> None:
@@ -1102,3 +1104,28 @@ def test_long_phrases_skip_only_blocks_of_shorter_fields() -> None:
     assert index_state(loaded) == index_state(idx)
     for q in queries:
         assert_like_reference(loaded, msgs, q, 20)
+
+
+def test_narrowed_walk_checks_long_lists_per_document() -> None:
+    # "hi" mostly inside longer words: the walk fills its top-k with partial matches, then is
+    # narrowed to the few documents with the word "hi"; the candidate lists (every "hi"
+    # document, a session, the other word's) are much longer than those few, so they are
+    # checked per document as the narrowed walk reaches it. Same hits as the reference.
+    rng = random.Random(5)
+    words = ["this", "which", "think", "chip", "shirt", "hi", "park", "hi!"]
+    messages = [
+        msg(
+            i,
+            " ".join(rng.choice(words[:5]) for _ in range(3))
+            + (" hi" if i % 97 == 0 else "")
+            + (" park" if i % 3 == 0 else ""),
+            session=f"s{i % 4}",
+            importance=90 if i % 501 == 0 else 50,
+        )
+        for i in range(6000)
+    ]
+    idx, msgs = build(messages)
+    for q in ("hi", "hi park", "park hi"):
+        for limit in (1, 5, 20, 200):
+            assert_like_reference(idx, msgs, q, limit)
+            assert_like_reference(idx, msgs, q, limit, session_id="s2")
