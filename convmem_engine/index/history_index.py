@@ -16,11 +16,16 @@ from __future__ import annotations
 
 import sys
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from convmem_engine.domain.message import MEMORY_KINDS, Message, Metadata
 
 _KIND_INDEX = {kind: i for i, kind in enumerate(MEMORY_KINDS)}
+
+
+_NO_IDS: tuple[str, ...] = ()
+"""A session's `summary_ids` / `kind_summary_ids` while it has none (most sessions: no list of
+their own, 112 bytes saved per session, 3 MiB at 27,766 sessions)."""
 
 
 def _remove_sorted(ids: list[str], message_id: str) -> bool:
@@ -40,8 +45,28 @@ def _add_sorted(ids: list[str], message_id: str) -> None:
             ids.insert(i, message_id)
 
 
+def _with(ids: Sequence[str], message_id: str) -> Sequence[str]:
+    """`ids` (sorted) with `message_id`: the same list, or a new one for `_NO_IDS`."""
+    if isinstance(ids, list):
+        _add_sorted(ids, message_id)
+        return ids
+    return [message_id]
+
+
+def _without(ids: Sequence[str], message_id: str) -> Sequence[str]:
+    """`ids` (sorted) without `message_id`; `_NO_IDS` once empty."""
+    if isinstance(ids, list) and _remove_sorted(ids, message_id) and not ids:
+        return _NO_IDS
+    return ids
+
+
+def _own_bytes(ids: Sequence[str]) -> int:
+    return sys.getsizeof(ids) if ids is not _NO_IDS else 0
+
+
 class SessionHistory:
-    """One session: ids in creation order, kind counts, and ids carrying a summary."""
+    """One session: ids in creation order, kind counts, and ids carrying a summary (read-only
+    sequences for readers: `_NO_IDS` while there are none)."""
 
     __slots__ = ("ids", "kind_counts", "kind_summary_ids", "session_id", "summary_ids")
 
@@ -49,24 +74,24 @@ class SessionHistory:
         self.session_id = session_id
         self.ids: list[str] = []
         self.kind_counts: list[int] = [0] * len(MEMORY_KINDS)
-        self.summary_ids: list[str] = []  # messages whose metadata.summary is set
-        self.kind_summary_ids: list[str] = []  # messages whose memory_kind is "summary"
+        self.summary_ids: Sequence[str] = _NO_IDS  # messages whose metadata.summary is set
+        self.kind_summary_ids: Sequence[str] = _NO_IDS  # messages of memory_kind "summary"
 
     def add(self, msg: Message) -> None:
         _add_sorted(self.ids, msg.message_id)
         self.kind_counts[_KIND_INDEX[msg.metadata.memory_kind]] += 1
         if msg.metadata.summary is not None:
-            _add_sorted(self.summary_ids, msg.message_id)
+            self.summary_ids = _with(self.summary_ids, msg.message_id)
         if msg.metadata.memory_kind == "summary":
-            _add_sorted(self.kind_summary_ids, msg.message_id)
+            self.kind_summary_ids = _with(self.kind_summary_ids, msg.message_id)
 
     def remove(self, msg: Message) -> None:
         if _remove_sorted(self.ids, msg.message_id):
             self.kind_counts[_KIND_INDEX[msg.metadata.memory_kind]] -= 1
         if msg.metadata.summary is not None:
-            _remove_sorted(self.summary_ids, msg.message_id)
+            self.summary_ids = _without(self.summary_ids, msg.message_id)
         if msg.metadata.memory_kind == "summary":
-            _remove_sorted(self.kind_summary_ids, msg.message_id)
+            self.kind_summary_ids = _without(self.kind_summary_ids, msg.message_id)
 
     def kind_count_map(self) -> dict[str, int]:
         return dict(zip(MEMORY_KINDS, self.kind_counts, strict=True))
@@ -76,8 +101,8 @@ class SessionHistory:
             sys.getsizeof(self)
             + sys.getsizeof(self.ids)
             + sys.getsizeof(self.kind_counts)
-            + sys.getsizeof(self.summary_ids)
-            + sys.getsizeof(self.kind_summary_ids)
+            + _own_bytes(self.summary_ids)
+            + _own_bytes(self.kind_summary_ids)
         )
 
 
@@ -105,6 +130,8 @@ class HistoryIndex:
         self.clear()
         sessions = self._sessions
         kind_index = _KIND_INDEX
+        summary_ids: dict[str, list[str]] = {}
+        kind_summary_ids: dict[str, list[str]] = {}
         for mid, session_id, md in rows:
             sess = sessions.get(session_id)
             if sess is None:
@@ -112,15 +139,18 @@ class HistoryIndex:
             sess.ids.append(mid)
             sess.kind_counts[kind_index[md.memory_kind]] += 1
             if md.summary is not None:
-                sess.summary_ids.append(mid)
+                summary_ids.setdefault(session_id, []).append(mid)
             if md.memory_kind == "summary":
-                sess.kind_summary_ids.append(mid)
+                kind_summary_ids.setdefault(session_id, []).append(mid)
         order: list[tuple[str, str]] = []
         for sid, sess in sessions.items():
-            sess.ids.sort()
-            sess.summary_ids.sort()
-            sess.kind_summary_ids.sort()
+            # A copy without the spare room of the appends (~1 MiB at a million messages).
+            sess.ids = sorted(sess.ids)
             order.append((sess.ids[0], sid))
+        for sid, ids in summary_ids.items():
+            sessions[sid].summary_ids = sorted(ids)
+        for sid, ids in kind_summary_ids.items():
+            sessions[sid].kind_summary_ids = sorted(ids)
         order.sort()
         self._order_keys = [key for key, _ in order]
         self._order_sessions = [sid for _, sid in order]

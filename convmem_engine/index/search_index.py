@@ -33,6 +33,7 @@ from typing import Final, TypeAlias
 
 from convmem_engine.domain.message import Message
 from convmem_engine.index.doc_table import DocTable
+from convmem_engine.index.heap import release_free_memory
 from convmem_engine.index.postings import (
     BIG,
     BITMAP,
@@ -767,6 +768,7 @@ class SearchIndex:
                 self._add_container(post, local, start)
                 local = defaultdict(_new_lows)
                 get_local = local.__getitem__
+                release_free_memory()  # the container's lists, just dropped (heap.py)
                 start = doc
                 low = 0
             if not doc & (_POLL - 1) and cancelled is not None and cancelled():
@@ -799,6 +801,7 @@ class SearchIndex:
         if local:
             self._add_container(post, local, start)
         del local
+        release_free_memory()
         try:
             docs = DocTable(ids)
         except ValueError:

@@ -28,6 +28,7 @@ from typing import Final, Literal
 
 from convmem_engine.domain.errors import InternalError
 from convmem_engine.domain.message import Message
+from convmem_engine.index.heap import release_free_memory
 from convmem_engine.index.history_index import HistoryIndex
 from convmem_engine.index.relation_index import RelationIndex
 from convmem_engine.index.search_index import SearchHit, SearchIndex
@@ -207,6 +208,7 @@ class IndexSet:
             self._search_ready.set()
         if len(live) >= BACKGROUND_SEARCH_FROM:
             _freeze_heap()
+        release_free_memory()  # what the load or build freed (index/heap.py)
 
     def wait_for_search(self, timeout: float | None = None) -> bool:
         """Wait until the search index is built (at once when it is not building); True when

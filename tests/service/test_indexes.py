@@ -57,7 +57,7 @@ def test_session_order_and_aggregates() -> None:
     s2 = h.session("s2")
     assert s2 is not None and s2.kind_summary_ids == [ids[1]]
     h.replace(msg(ids[2], "s1", "semantic", summary="sum"), msg(ids[2], "s1", "episode"))
-    assert s1.summary_ids == [] and s1.kind_count_map()["episode"] == 1
+    assert not s1.summary_ids and s1.kind_count_map()["episode"] == 1
     assert sum(s1.kind_counts) == 1
     h.remove(msg(ids[2], "s1"))
     assert h.session("s1") is None and h.session_count() == 2
