@@ -10,13 +10,13 @@ Layout (little-endian):
     header      HEADER (see below): format version and the size of every section
     ids         UTF-8 of the document numbers' message ids joined by "\\n" ("" for a removed
                 document); an id containing "\\n" is never persisted (encode raises)
-    signatures  n_docs x int64, importances n_docs x int8, block timestamps n_blocks x int64,
+    signatures  n_docs x u32, importances n_docs x int8, block timestamps n_blocks x int64,
                 block field lengths n_blocks x u32
     tables      grams, one-code-point fields, sessions: each as key lengths (u32 code points
                 per key), the keys' UTF-8, then their posting-list lengths (u32 documents per
                 key); for grams also each list's shape: containers (u32; 0 for a plain list)
-                and data words (u32); importance lanes: levels (int8 per lane) and lengths
-                (u32 per lane)
+                and data words (u32); importance lanes: levels (int8 per lane), lengths
+                (u32 per lane) and shapes (containers, then data words: u32 per lane each)
     postings    every posting list in table order (grams, singles, sessions, lanes): a plain
                 list as u32 document numbers, ascending; a compressed one (postings.py) as its
                 container table (containers + 1 u32) then its data (u16 words)
@@ -41,8 +41,9 @@ from convmem_engine.index.search_index import _BLOCK_SHIFT, SearchIndex
 
 __all__ = ["FORMAT", "decode", "encode"]
 
-FORMAT: Final = 3
-"""The payload format; a different one is never decoded (the index is rebuilt instead)."""
+FORMAT: Final = 4
+"""The payload format; a different one is never decoded (the index is rebuilt instead). 4: 32-bit
+signatures and compressed importance lanes (3: 64-bit signatures, lanes as plain lists)."""
 
 # version, n_docs, n_blocks, ids bytes, then per table (grams, singles, sessions): key count,
 # key text bytes; lanes; bytes of the postings section.
@@ -121,11 +122,16 @@ def encode(index: SearchIndex) -> Iterator[bytes]:
         items: list[tuple[str, PostingList]] = [(k, p) for k, p in table.items() if p]
         tables.append(([k for k, _ in items], [p for _, p in items]))
     lane_items = sorted((k, p) for k, p in index._lanes.items() if p)
-    lists = [p for _, ps in tables for p in ps] + [p for _, p in lane_items]
+    lanes = [p for _, p in lane_items]
+    lists = [p for _, ps in tables for p in ps] + lanes
     shapes = [_shape(p) for p in tables[0][1]]
+    lane_shapes = [_shape(p) for p in lanes]
     encoded = [_keys(keys) for keys, _ in tables]
-    total = sum(_nbytes(len(p), *shape) for p, shape in zip(tables[0][1], shapes, strict=True))
-    total += 4 * sum(map(len, lists[len(shapes) :]))
+    total = sum(
+        _nbytes(len(p), *shape)
+        for p, shape in zip(tables[0][1] + lanes, shapes + lane_shapes, strict=True)
+    )
+    total += 4 * sum(len(p) for _, ps in tables[1:] for p in ps)
     yield HEADER.pack(
         FORMAT,
         len(ids),
@@ -153,7 +159,9 @@ def encode(index: SearchIndex) -> Iterator[bytes]:
             yield _le(array("I", [c for c, _ in shapes]))
             yield _le(array("I", [w for _, w in shapes]))
     yield array("b", [k for k, _ in lane_items]).tobytes()
-    yield _le(array("I", [len(p) for _, p in lane_items]))
+    yield _le(array("I", map(len, lanes)))
+    yield _le(array("I", [c for c, _ in lane_shapes]))
+    yield _le(array("I", [w for _, w in lane_shapes]))
     batch: list[bytes] = []
     size = 0
     for p in lists:
@@ -203,7 +211,7 @@ def decode(
     if ids_done is not None:
         ids_done()
     docs = DocTable(ids)  # ValueError for an id indexed twice
-    sig = _from_le("q", read(8 * n_docs))
+    sig = _from_le("I", read(4 * n_docs))
     imp = _from_le("b", read(n_docs))
     blk_ts = _from_le("q", read(8 * n_blocks))
     blk_len = _from_le("I", read(4 * n_blocks))
@@ -217,20 +225,25 @@ def decode(
     tables.append(([sys.intern(s) for s in sessions], _from_le("I", read(4 * n_sessions))))
     levels = _from_le("b", read(n_lanes))
     lane_counts = _from_le("I", read(4 * n_lanes))
+    lane_containers = _from_le("I", read(4 * n_lanes))
+    lane_words = _from_le("I", read(4 * n_lanes))
     sizes = [_nbytes(*shape) for shape in zip(tables[0][1], containers, words, strict=True)]
-    plain = sum(sum(c) for _, c in tables[1:]) + sum(lane_counts)
-    if sum(sizes) + 4 * plain != total:
+    lane_sizes = [
+        _nbytes(*shape) for shape in zip(lane_counts, lane_containers, lane_words, strict=True)
+    ]
+    plain = sum(sum(c) for _, c in tables[1:])
+    if sum(sizes) + sum(lane_sizes) + 4 * plain != total:
         raise ValueError("posting list lengths do not add up")
     if len(set(levels)) != n_lanes:
         raise ValueError("an importance lane appears twice")
     post: dict[str, PostingList] = {}
     singles: dict[str, array[int]] = {}
     session_lists: dict[str, array[int]] = {}
-    lanes: dict[int, array[int]] = {}
+    lanes: dict[int, PostingList] = {}
     _read_lists(read, tables[0][0], tables[0][1], post, containers, sizes)
     _read_lists(read, tables[1][0], tables[1][1], singles)  # type: ignore[arg-type]
     _read_lists(read, tables[2][0], tables[2][1], session_lists)  # type: ignore[arg-type]
-    _read_lists(read, list(levels), lane_counts, lanes)  # type: ignore[arg-type]
+    _read_lists(read, list(levels), lane_counts, lanes, lane_containers, lane_sizes)
     if len(post) != n_grams or len(singles) != n_singles or len(session_lists) != n_sessions:
         raise ValueError("a key appears twice")
     index._install(

@@ -495,15 +495,15 @@ def _field_len(msg: Message) -> int:
 
 
 def _signature(msg: Message) -> int:
-    """Checksum of the indexed fields (CRC-32 and Adler-32 of their UTF-8, as a signed 64-bit
-    int); detects a `remove(old)` whose value is not the indexed one. The same in every process
-    (unlike `hash`), so a persisted index keeps its signatures (see search_file.py)."""
+    """Checksum of the indexed fields (CRC-32 of their UTF-8, 32 bits: 4 MiB less than a 64-bit
+    one at a million documents); detects a `remove(old)` whose value is not the indexed one
+    (all but one in 4 billion). The same in every process (unlike `hash`), so a persisted
+    index keeps its signatures (see search_file.py)."""
     meta = msg.metadata
     data = "\x1f".join((msg.session_id, msg.content, meta.summary or "", *meta.tags)).encode(
         "utf-8", "surrogatepass"
     )
-    h = (zlib.crc32(data) << 32) | zlib.adler32(data)
-    return h if h < (1 << 63) else h - (1 << 64)
+    return zlib.crc32(data)
 
 
 def _grams(msg: Message) -> tuple[set[str], list[str]]:
@@ -624,19 +624,22 @@ def _filtered(cands: Candidates, filters: list[PostingList], want: int) -> Itera
             yield doc
 
 
-def _lanes_of(imps: array[int]) -> dict[int, array[int]]:
+def _lanes_of(imps: array[int]) -> dict[int, PostingList]:
     """Importance -> its documents, ascending, for `imps` (document -> importance): one pass
-    in C per level when there are few (no list of a million ints to sort), else one loop."""
+    in C per level when there are few (no list of a million ints to sort), else one loop.
+    A lane of `BIG` documents or more is compressed, like a gram's list (a lane of every
+    document: 128 KiB of bitmaps at a million instead of 3.8 MiB)."""
     levels = sorted(set(imps))
     if len(levels) <= _LANE_PASSES:
-        return {
+        lanes = {
             level: array("I", compress(range(len(imps)), map(eq, imps, repeat(level))))
             for level in levels
         }
-    lanes: dict[int, array[int]] = {level: array("I") for level in levels}
-    for doc, level in enumerate(imps):
-        lanes[level].append(doc)
-    return lanes
+    else:
+        lanes = {level: array("I") for level in levels}
+        for doc, level in enumerate(imps):
+            lanes[level].append(doc)
+    return {level: pack(lane) if len(lane) >= BIG else lane for level, lane in lanes.items()}
 
 
 def _new_docs() -> array[int]:
@@ -659,9 +662,9 @@ class SearchIndex:
         self._char_bigrams: dict[str, set[str]] = {}  # code point -> 2-grams containing it
         self._ids: list[str | None] = []  # document number -> message id (None: removed)
         self._docs = DocTable(self._ids)  # message id -> document number (live ones)
-        self._sig = array("q")  # document number -> _signature of the indexed value
+        self._sig = array("I")  # document number -> _signature of the indexed value
         self._imp = array("b")  # document number -> importance (-1: removed)
-        self._lanes: dict[int, array[int]] = {}  # importance -> its document numbers
+        self._lanes: dict[int, PostingList] = {}  # importance -> its document numbers
         self._sessions: dict[str, array[int]] = {}  # session id -> its document numbers
         self._blk_ts = array("q")  # per block of documents: max timestamp ever indexed
         self._blk_len = array("I")  # per block: max field length (code points) ever indexed
@@ -689,6 +692,8 @@ class SearchIndex:
         if lane is None:
             lane = self._lanes[imp] = array("I")
         lane.append(doc)
+        if len(lane) == BIG and type(lane) is array:
+            self._lanes[imp] = pack(lane)
         sess = self._sessions.get(msg.session_id)
         if sess is None:
             sess = self._sessions[msg.session_id] = array("I")
@@ -749,7 +754,7 @@ class SearchIndex:
             raise ValueError("build() needs an empty index")
         ids: list[str | None] = []
         imps = array("b")
-        sigs = array("q")
+        sigs = array("I")
         blk_ts = array("q")
         blk_len = array("I")
         sessions: defaultdict[str, array[int]] = defaultdict(_new_docs)
@@ -826,7 +831,7 @@ class SearchIndex:
         post: dict[str, PostingList],
         singles: dict[str, array[int]],
         sessions: dict[str, array[int]],
-        lanes: dict[int, array[int]],
+        lanes: dict[int, PostingList],
         ids: list[str | None],
         docs: DocTable,
         sig: array[int],
@@ -941,9 +946,7 @@ class SearchIndex:
             self._leave_lane(doc)
             self._imp[doc] = imp
             lane = self._lanes.get(imp)
-            if lane is None:
-                lane = self._lanes[imp] = array("I")
-            insort(lane, doc)
+            self._lanes[imp] = array("I", [doc]) if lane is None else insert(lane, doc)
         self._raise_bounds(doc, new)
 
     def clear(self) -> None:
@@ -1569,7 +1572,7 @@ class SearchIndex:
         size += sys.getsizeof(self._sessions)
         size += sum(sys.getsizeof(p) for p in self._sessions.values())
         size += sys.getsizeof(self._lanes)
-        size += sum(sys.getsizeof(lane) for lane in self._lanes.values())
+        size += sum(map(nbytes, self._lanes.values()))
         return size
 
     def check(self, messages: Mapping[str, Message]) -> list[str]:

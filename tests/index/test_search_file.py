@@ -159,12 +159,16 @@ def test_compressed_lists_round_trip_and_bad_layouts_are_refused() -> None:
     for mid in random.Random(22).sample(sorted(messages), 300):
         index.remove(messages.pop(mid))
     assert has_bitmaps(index)
+    assert all(type(p) is Postings for p in index._lanes.values())  # compressed lanes too
     blob = b"".join(search_file.encode(index))
     loaded = search_file.decode(reader(blob), resolver(messages))
     assert index_state(loaded) == index_state(index)
+    assert all(type(p) is Postings for p in loaded._lanes.values())
     assert loaded.check(messages) == []
     for q in ["lo", "la ve", "ta ta ta", "l", "hel"]:
         assert loaded.search(q, messages, limit=20) == index.search(q, messages, limit=20)
+        want = index.search(q, messages, limit=20, min_importance=60)
+        assert loaded.search(q, messages, limit=20, min_importance=60) == want
 
     def refused(damage: Callable[[Postings], None]) -> None:
         copy = search_file.decode(reader(blob), resolver(messages))
@@ -194,3 +198,10 @@ def test_compressed_lists_round_trip_and_bad_layouts_are_refused() -> None:
 
     for damage in (wrong_count, table_past_the_data, sparse_bitmap, container_too_long):
         refused(damage)
+    # A compressed lane's layout is checked like a gram's.
+    copy = search_file.decode(reader(blob), resolver(messages))
+    lane = copy._lanes[50]
+    assert isinstance(lane, Postings)
+    lane.n -= 1
+    with pytest.raises(ValueError):
+        search_file.decode(reader(b"".join(search_file.encode(copy))), resolver(messages))

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from convmem_engine.domain.message import Message, Metadata
-from convmem_engine.index.postings import BITMAP, Postings
+from convmem_engine.index.postings import BIG, BITMAP, Postings
 from convmem_engine.index.search_index import SearchHit, SearchIndex
 
 # -- reference ------------------------------------------------------------------------------
@@ -964,6 +964,46 @@ def test_compressed_lists_search_like_the_reference_through_changes() -> None:
     for q in DENSE_QUERIES:
         assert_like_reference(idx, msgs, q, 20)
         assert_like_reference(idx, msgs, q, 5, session_id="s9")
+
+
+def test_importance_lanes_are_compressed_from_big_on_and_keep_working() -> None:
+    # A lane (importance -> its documents) of BIG documents or more is a compressed list,
+    # whether built or grown by adding; removals and moves between lanes keep it exact.
+    messages = [
+        msg(i, f"w{i % 3} common", importance=50 if i % 5 else 80) for i in range(BIG + 300)
+    ]
+    added, msgs = build(messages)
+    built = SearchIndex()
+    assert built.build(messages)
+    for idx in (added, built):
+        assert type(idx._lanes[50]) is Postings and type(idx._lanes[80]) is array
+        assert index_state(idx) == index_state(added)
+    rng = random.Random(5)
+    for m in rng.sample(messages, 200):
+        new = Message(
+            m.message_id,
+            m.session_id,
+            m.timestamp,
+            m.role,
+            m.content,
+            2,
+            metadata=Metadata(importance=80 if m.metadata.importance == 50 else 50),
+        )
+        for idx in (added, built):
+            idx.replace(m, new)
+        msgs[m.message_id] = new
+    for m in rng.sample(list(msgs.values()), 100):
+        for idx in (added, built):
+            idx.remove(m)
+        del msgs[m.message_id]
+    for idx in (added, built):
+        assert idx.check(msgs) == []
+        assert sorted(d for lane in idx._lanes.values() for d in lane) == sorted(
+            idx._docs.get(mid) for mid in msgs
+        )
+        for q in ("common", "w1", "w"):
+            for floor in (0, 60):
+                assert_like_reference(idx, msgs, q, 10, min_importance=floor)
 
 
 def test_build_can_be_cancelled_and_refuses_duplicates_or_a_used_index() -> None:
