@@ -510,7 +510,7 @@ class MessageTable:
             if stop > end:
                 break
             if kind == COLUMN_BLOCK and columns:
-                self._load_columns(buf[start:stop], a, n_sessions)
+                self._load_columns(buf, start, a, stop, n_sessions)
             elif kind == SESSION_BLOCK and columns and not b:
                 self._load_sessions(buf[start:stop])
                 n_sessions = len(sessions)
@@ -576,13 +576,16 @@ class MessageTable:
             sessions.append(sid)
         self._session_bytes += sum(map(sys.getsizeof, named))
 
-    def _load_columns(self, block: bytes, ids_length: int, n_sessions: int) -> None:
-        """Add a column block (`block`: its bytes after the row header): the ids split at
-        their separators, checked in one decode; the values found by one regular expression
-        that checks each as load_binary checks a packed row (`_values_pattern`)."""
-        ids = block[:ids_length]
+    def _load_columns(
+        self, buf: bytes, start: int, ids_length: int, stop: int, n_sessions: int
+    ) -> None:
+        """Add the column block `buf[start:stop]` (after its row header; the ids its first
+        `ids_length` bytes): the ids split at their separators, checked in one decode; the
+        values found in place by one regular expression that checks each as load_binary
+        checks a packed row (`_values_pattern`)."""
+        ids = buf[start : start + ids_length]
         keys = _split_text(ids)
-        values = _values_pattern(n_sessions).findall(block, ids_length)
+        values = _values_pattern(n_sessions).findall(buf, start + ids_length, stop)
         n = len(values)
         if n != len(keys) or b"" in values:
             raise ValueError("column block: a value is not well formed, or not one per id")
@@ -590,9 +593,9 @@ class MessageTable:
             key_bytes = n * _ASCII_STR + len(ids) - (n - 1)
         else:
             key_bytes = sum(map(sys.getsizeof, keys))
-        self._values.update(zip(keys, values, strict=False))
+        self._values.update(zip(keys, values, strict=True))
         self._entry_bytes += key_bytes + n * (_BYTES_HEADER + HEAD_SIZE)
-        self._body_bytes += len(block) - ids_length - n * (HEAD_SIZE + 1)
+        self._body_bytes += stop - start - ids_length - n * (HEAD_SIZE + 1)
 
 
 def _check_extras(value: bytes, flags: int) -> None:
