@@ -26,6 +26,8 @@ import struct
 import sys
 from collections.abc import Collection, ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
 from dataclasses import dataclass
+from itertools import repeat
+from operator import itemgetter
 from typing import Any, Final
 
 from convmem_engine.domain.message import DEFAULT_METADATA, ROLES, Message, Metadata
@@ -43,6 +45,7 @@ HEAD: Final = struct.Struct("<qIBBI")
 HEAD_SIZE: Final = HEAD.size  # 18
 _I64: Final = struct.Struct("<q")
 _U32: Final = struct.Struct("<I")
+_FIRST: Final = itemgetter(0)
 UPDATED: Final = 1
 META: Final = 2
 # Snapshot rows (binary_rows / load_binary): <B kind> <I a> <I b> then a + b bytes.
@@ -131,6 +134,7 @@ class MessageTable:
         "_body_bytes",
         "_entry_bytes",
         "_metadata_bytes",
+        "_others",
         "_session_bytes",
         "_session_numbers",
         "_sessions",
@@ -148,6 +152,9 @@ class MessageTable:
         self._body_bytes = 0
         self._metadata_bytes = 0
         self._session_bytes = 0  # sys.getsizeof of every session id string of the table
+        # how many values are kept Messages or have metadata (0: history_rows and
+        # with_metadata need not look at each value)
+        self._others = 0
 
     # -- packing ----------------------------------------------------------------------------
 
@@ -249,6 +256,8 @@ class MessageTable:
         self._entry_bytes += sign * entry
         self._body_bytes += sign * body
         self._metadata_bytes += sign * meta
+        if type(value) is not bytes or value[13] & META:
+            self._others += sign
 
     def set(self, msg: Message) -> None:
         """Insert `msg` (a new id goes last) or replace the value of its id in place."""
@@ -268,20 +277,22 @@ class MessageTable:
 
     def clear(self) -> None:
         self._values.clear()
-        self._entry_bytes = self._body_bytes = self._metadata_bytes = 0
+        self._entry_bytes = self._body_bytes = self._metadata_bytes = self._others = 0
 
     def recount(self) -> TableMemory:
         """Count what the table holds from scratch (after a bulk load; the store's check
         compares it with the running counts)."""
         size = sys.getsizeof
         entry = sum(map(size, self._values.keys()))
-        body = meta = plain = 0
+        body = meta = plain = others = 0
         sizes = value_sizes
         for k, v in self._values.items():
             if type(v) is bytes and not v[13]:  # the common value: header + content
                 plain += 1
                 body += len(v)
                 continue
+            if type(v) is not bytes or v[13] & META:
+                others += 1
             e, b, m = sizes(k, v)
             entry += e - size(k)
             body += b
@@ -290,6 +301,7 @@ class MessageTable:
         body -= plain * HEAD_SIZE
         self._session_bytes = sum(size(s) for s in self._sessions if s)
         self._entry_bytes, self._body_bytes, self._metadata_bytes = entry, body, meta
+        self._others = others
         return self.memory()
 
     def memory(self) -> TableMemory:
@@ -343,6 +355,8 @@ class MessageTable:
     def with_metadata(self) -> Iterator[Message]:
         """The messages whose metadata is not the default, in order (the others have no
         relations, no summary, the default tier and kind)."""
+        if not self._others:
+            return iter(())
         return self.materialize(
             (k, v)
             for k, v in self._values.items()
@@ -352,6 +366,15 @@ class MessageTable:
     def history_rows(self) -> Iterator[tuple[str, str, Metadata]]:
         """(message_id, session_id, metadata) of every message, in order, without building
         the Messages (what the history index is built from)."""
+        values = self._values
+        if not self._others:  # every value packed, none with metadata: at C speed
+            packed: ValuesView[bytes] = values.values()  # type: ignore[assignment]
+            numbers = map(_FIRST, map(_U32.unpack_from, packed, repeat(8)))
+            sessions = map(self._sessions.__getitem__, numbers)
+            return zip(values.keys(), sessions, repeat(DEFAULT_METADATA), strict=False)
+        return self._history_rows_each()
+
+    def _history_rows_each(self) -> Iterator[tuple[str, str, Metadata]]:
         sessions = self._sessions
         session_at = _U32.unpack_from
         default = DEFAULT_METADATA
@@ -618,9 +641,10 @@ def _check_extras(value: bytes, flags: int) -> None:
 
 def _split_text(data: bytes) -> list[str]:
     """The strings of UTF-8 pieces with 0xFF between two, each checked as valid UTF-8."""
-    checked = data.replace(_SEPARATOR, b"\n")  # each piece is valid if the whole is
-    if not checked.isascii():
-        checked.decode("utf-8")
+    # each piece is valid if the whole is with its separators made ASCII
+    text = data.replace(_SEPARATOR, b"\n").decode("utf-8")
+    if b"\n" not in data:  # the common case: one decode, and the text split at "\n"
+        return text.split("\n")
     # the separators decode to U+DCFF, and nothing else can (it is checked above)
     return data.decode("utf-8", "surrogateescape").split(_SEPARATOR_ESCAPED)
 

@@ -153,8 +153,17 @@ class PackedStoreMachine(RuleBasedStateMachine):
         memory = self.store.stats().memory
         assert memory.entries == len(self.model)
         assert memory == self.store._messages.memory()
+        table = self.store._messages
+        assert list(table.history_rows()) == [
+            (m.message_id, m.session_id, m.metadata) for m in self.model.values()
+        ]
+        assert list(table.with_metadata()) == [
+            m for m in self.model.values() if m.metadata != DEFAULT_METADATA
+        ]
+        others = table._others
         # the counts kept by every change equal a fresh count
         fresh = MessageTable.recount(self.store._messages)
+        assert table._others == others
         assert (memory.entry_bytes, memory.body_bytes, memory.metadata_bytes) == (
             fresh.entry_bytes,
             fresh.body_bytes,

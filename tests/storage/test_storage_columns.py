@@ -78,7 +78,7 @@ def message_lists(draw: st.DrawFn) -> list[Message]:
         n = draw(st.sampled_from([1, packed._MIN_BLOCK - 1, packed._MIN_BLOCK, 40]))
         words = st.text(max_size=30)
         for i in range(n):
-            mid = f"{group}.{i}" + draw(st.sampled_from(["", "é", "\x00", "☃"]))
+            mid = f"{group}.{i}" + draw(st.sampled_from(["", "é", "\x00", "☃", "\n"]))
             session = draw(st.sampled_from(["s", "t", "セ", ""]))
             role = draw(st.sampled_from(ROLES))
             ts = draw(st.integers(-(1 << 63), (1 << 63) - 1))
@@ -127,7 +127,12 @@ def test_round_trip_equals_the_older_layout(
             fs.close(fd)
         t = _load(path)
         assert list(t.values()) == expected
-        assert t.memory() == MessageTable.recount(t) == t.memory()
+        assert list(t.history_rows()) == [
+            (m.message_id, m.session_id, m.metadata) for m in expected
+        ]
+        assert list(t.with_metadata()) == [m for m in expected if m.metadata != DEFAULT_METADATA]
+        others = t._others
+        assert t.memory() == MessageTable.recount(t) == t.memory() and t._others == others
         loaded.append(_state(t))
     assert loaded[0] == loaded[1]
 
