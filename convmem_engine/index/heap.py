@@ -5,10 +5,10 @@ CPython allocates array buffers, bytes and most objects above 512 bytes with the
 what lies at a heap's top, so a phase that allocates and frees a lot (a search index build: a
 container's gram lists made, appended to the posting lists and dropped, 16 times at a million
 messages; a search.idx load's read buffers) leaves the process's resident size at its high
-point. glibc's `malloc_trim(0)` returns every whole free page of every heap (madvise), at a
-cost of about a millisecond per 100 MiB of heap; measured at 1,000,000 messages it took the
-RSS after a build from 523 to 469 MiB, and called after each container, the build's own peak
-from 523 to 502 MiB (docs/benchmarks.md, "Peak RSS at a million messages").
+point. glibc's `malloc_trim(0)` returns every whole free page of every heap (madvise), in a
+few milliseconds at most per call at a million messages; measured there it took the RSS after
+a build from 523 to 469 MiB, and called after each container, the build's own peak from 523
+to 494-510 MiB (docs/benchmarks.md, "Peak RSS at a million messages").
 
 Linux with glibc only: elsewhere (macOS and Windows return freed memory themselves, musl has no
 `malloc_trim`) `release_free_memory` does nothing and says so.
