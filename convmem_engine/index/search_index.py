@@ -67,7 +67,8 @@ _ROUND: Final = 6
 _BLOCK_SHIFT: Final = 8  # 256 documents per block for the early-stop bounds
 _SCAN_RATIO: Final = 4  # 1-code-point query: scan everything when the union is > live / 4
 _FILTERS: Final = 3  # posting lists checked by bisect before verifying a candidate
-_EAGER_MAX: Final = 2048  # intersect candidate lists eagerly when the rarest is this short
+_EAGER_MAX: Final = 2048  # intersect candidate lists up front when the rarest is this short
+# (an index with several importance levels; see `_plan`)
 _INTERSECT_RATIO: Final = 16  # ... and the next list at most this many times the survivors
 _LAZY_STEPS: Final = 2048  # candidates checked by bisection before the rest is intersected
 _LAZY_SAMPLE: Final = 64  # ... and how often the pass rate is looked at (`_filtered`)
@@ -611,8 +612,8 @@ def _filtered(cands: Candidates, filters: list[PostingList], want: int) -> Itera
     if not rest:
         return
     lazy: list[PostingList] = []
-    for p in sorted(filters, key=len):
-        if lazy or len(p) > _INTERSECT_RATIO * len(rest):
+    for p in filters:
+        if len(p) > _INTERSECT_RATIO * len(rest):
             lazy.append(p)
             continue
         rest = intersect(rest, p)
@@ -1376,9 +1377,13 @@ class SearchIndex:
         """Ascending candidate document numbers (None: every document), plus posting lists
         each candidate must also be in, for documents containing every term somewhere (and in
         `scope`, a session's documents, when given)."""
-        required: dict[int, PostingList] = {}
+        # The lists, in groups of closely related ones (the grams of one word; a phrase's
+        # grams across its words; each word-boundary group; the scope): a document with one
+        # gram of a word mostly has the others, so the rarest list of each other group comes
+        # first, where a candidate that will not match mostly fails.
+        groups: list[list[PostingList]] = []
         if scope is not None:
-            required[id(scope)] = scope
+            groups.append([scope])
         singles: list[str] = []
         post = self._post
         for term in terms:
@@ -1387,31 +1392,41 @@ class SearchIndex:
                 singles.append(term)
                 continue
             grams = {term} if n == 2 else {term[i : i + 3] for i in range(n - 2)}
+            by_word: dict[str, list[PostingList]] = {}
+            words = query_words(term)
             for g in grams:
                 p = post.get(g)
                 if p is None:
                     return [], []
-                required[id(p)] = p
+                word = next((w for w in words if g in w), "")
+                by_word.setdefault(word, []).append(p)
+            groups.extend(by_word.values())
             for group in set(_bounded_grams(term, False)[0]):
                 found = [p for g in group if (p := post.get(g)) is not None]
                 if not found:
                     return [], []
                 if len(found) == 1:
-                    required[id(found[0])] = found[0]
+                    groups.append(found)
                 elif sum(map(len, found)) <= _EAGER_MAX:  # else left out (a superset)
-                    either = array("I", sorted(self._union_within(found, None)))
-                    required[id(either)] = either
-        if required:
-            lists = sorted(required.values(), key=len)
-            if len(lists[0]) > _EAGER_MAX:
-                # Large driver: stay lazy (the early stop usually ends the walk soon).
+                    groups.append([array("I", sorted(self._union_within(found, None)))])
+        if groups:
+            for related in groups:
+                related.sort(key=len)
+            heads = sorted((related[0] for related in groups), key=len)
+            tails = sorted((p for related in groups for p in related[1:]), key=len)
+            lists = list({id(p): p for p in (*heads, *tails)}.values())
+            if len(lists[0]) > _EAGER_MAX or len(self._lanes) == 1:
+                # Stay lazy: the walk checks candidates one by one while enough pass (the
+                # early stop usually ends it soon), and intersects the rest in C once they
+                # mostly fail (`_filtered`).
                 return lists[0], self._filters(lists[1:], scope)
-            # Small driver: intersect in C while a list is short enough relative to the
-            # survivors; longer lists are checked per candidate by bisection.
+            # Several importance levels (each walked on its own, without `_filtered`) and a
+            # small driver: intersect in C, each list short enough relative to the survivors;
+            # longer lists are checked per candidate by bisection.
             survivors = set(members(lists[0]))
             rest: list[PostingList] = []
             for p in lists[1:]:
-                if rest or len(p) > _INTERSECT_RATIO * len(survivors):
+                if len(p) > _INTERSECT_RATIO * len(survivors):
                     rest.append(p)
                     continue
                 survivors = intersect(survivors, p)
@@ -1546,8 +1561,8 @@ class SearchIndex:
 
     @staticmethod
     def _filters(rest: list[PostingList], scope: array[int] | None) -> list[PostingList]:
-        """The first few of `rest` (shortest first), and always the session scope: term lists
-        only save verification work, but the scope is a hard constraint."""
+        """The first few of `rest` (in `_plan`'s order), and always the session scope: term
+        lists only save verification work, but the scope is a hard constraint."""
         out = rest[:_FILTERS]
         if scope is not None and any(p is scope for p in rest[_FILTERS:]):
             out.append(scope)
