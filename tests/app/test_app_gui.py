@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -456,3 +457,53 @@ def test_a_failed_restore_in_place_reopens_the_current_store_and_says_why(
     history = reopened.read_messages(view="history", session_id="s")["history"]
     assert [m["content"] for m in history] == ["current", "newer"]
     assert not list(app.data_dir.parent.glob(f"{app.data_dir.name}.before-restore-*"))
+
+
+def test_a_stream_of_writes_through_the_shim_all_reach_the_window_and_the_feed(
+    qtbot: QtBot, make_app: MakeApp
+) -> None:
+    """Changes made while hosts keep writing reach the GUI thread in batches (convmem_app.inbox):
+    every write still shows, in the activity feed and in the browser's session list."""
+    app = started(qtbot, make_app())
+    app.show_window()
+    portability, window = app.portability, app.window
+    assert portability is not None and window is not None
+    shim = raw_shim(app.data_dir)
+    assert shim.stdin is not None and shim.stdout is not None
+    writes = 60
+    shim.stdin.write(lines({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+    shim.stdin.write(lines(*(write_call(2 + i, "stream", f"note {i}") for i in range(writes))))
+    shim.stdin.flush()
+    answers: list[dict[str, Any]] = []
+    out = shim.stdout
+
+    def read() -> None:  # off the GUI thread: the app under test runs on it
+        for _ in range(writes + 1):  # + initialize
+            answers.append(json.loads(out.readline()))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    qtbot.waitUntil(lambda: not reader.is_alive(), timeout=60_000)
+    written = {
+        json.loads(a["result"]["content"][0]["text"])["message"]["message_id"]
+        for a in answers
+        if a["id"] != 1
+    }
+    assert len(written) == writes
+    hosts = portability.hosts_page
+    qtbot.waitUntil(lambda: hosts.feed.count() == writes, timeout=30_000)
+    shown = {hosts.feed.item(i).data(256)[0] for i in range(writes)}
+    assert shown == written
+    assert all("gui-test 0 wrote" in hosts.feed.item(i).text() for i in range(writes))
+    sessions = window.browse.sessions_model
+
+    def stream_count() -> int:
+        row = sessions.row_of("stream")
+        return -1 if row < 0 else int(sessions.rows()[row]["message_count"])
+
+    qtbot.waitUntil(lambda: stream_count() == writes, timeout=30_000)
+    shim.stdin.close()
+    assert shim.wait(30) == 0
+    for stream in (shim.stdout, shim.stderr):
+        if stream is not None:
+            stream.close()
