@@ -14,18 +14,42 @@ Derived state only: `build()` from the store's messages gives the same index as 
 
 from __future__ import annotations
 
+import gc
 import sys
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from itertools import repeat
 
-from convmem_engine.domain.message import MEMORY_KINDS, Message, Metadata
+from convmem_engine.domain.message import DEFAULT_METADATA, MEMORY_KINDS, Message, Metadata
 
 _KIND_INDEX = {kind: i for i, kind in enumerate(MEMORY_KINDS)}
+
+
+def _first_id(sess: SessionHistory) -> str:
+    return sess.ids[0]
 
 
 _NO_IDS: tuple[str, ...] = ()
 """A session's `summary_ids` / `kind_summary_ids` while it has none (most sessions: no list of
 their own, 112 bytes saved per session, 3 MiB at 27,766 sessions)."""
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off during a build (if it was on; process-wide, for the
+    fraction of a second a build takes). A build makes three containers per session that all
+    live on, and each of the collections they would trigger traverses the id lists built so
+    far: at 1M messages that cost 0.05-0.25 s CPU of a 0.2-0.45 s build. A build makes no
+    cycles, and nothing is lost meanwhile: the next collection after it finds any others."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _remove_sorted(ids: list[str], message_id: str) -> bool:
@@ -127,6 +151,10 @@ class HistoryIndex:
 
     def build_rows(self, rows: Iterable[tuple[str, str, Metadata]]) -> None:
         """`build` from (message_id, session_id, metadata) of each message: all it reads."""
+        with _collector_paused():
+            self._build_rows(rows)
+
+    def _build_rows(self, rows: Iterable[tuple[str, str, Metadata]]) -> None:
         self.clear()
         sessions = self._sessions
         kind_index = _KIND_INDEX
@@ -142,18 +170,58 @@ class HistoryIndex:
                 summary_ids.setdefault(session_id, []).append(mid)
             if md.memory_kind == "summary":
                 kind_summary_ids.setdefault(session_id, []).append(mid)
-        order: list[tuple[str, str]] = []
-        for sid, sess in sessions.items():
+        for sess in sessions.values():
             # A copy without the spare room of the appends (~1 MiB at a million messages).
             sess.ids = sorted(sess.ids)
-            order.append((sess.ids[0], sid))
         for sid, ids in summary_ids.items():
             sessions[sid].summary_ids = sorted(ids)
         for sid, ids in kind_summary_ids.items():
             sessions[sid].kind_summary_ids = sorted(ids)
-        order.sort()
-        self._order_keys = [key for key, _ in order]
-        self._order_sessions = [sid for _, sid in order]
+        self._set_order(list(sessions.values()))
+
+    def build_columns(
+        self, ids: Iterable[str], numbers: Iterable[int], session_ids: Sequence[str]
+    ) -> None:
+        """`build_rows` for a store whose every message has the default metadata, from the
+        message ids and their sessions' numbers (in step) and the session id of each number:
+        the ids are grouped by number at C speed (no Python code per message; 1M messages:
+        0.40 -> ~0.2 s CPU), each session's kind count is its length and no session has
+        summary ids."""
+        md = DEFAULT_METADATA
+        if md.summary is not None or md.memory_kind == "summary":  # pragma: no cover
+            self.build_rows(zip(ids, map(session_ids.__getitem__, numbers), repeat(md)))
+            return
+        with _collector_paused():
+            self._build_columns(ids, numbers, session_ids)
+
+    def _build_columns(
+        self, ids: Iterable[str], numbers: Iterable[int], session_ids: Sequence[str]
+    ) -> None:
+        md = DEFAULT_METADATA
+        self.clear()
+        kind = _KIND_INDEX[md.memory_kind]
+        groups: list[list[str]] = [[] for _ in session_ids]
+        any(map(list.append, map(groups.__getitem__, numbers), ids))
+        made: list[SessionHistory] = []
+        while groups:  # from the last number: each group is freed once copied
+            group = groups.pop()
+            if group:
+                sess = SessionHistory(session_ids[len(groups)])
+                # Sorted (timsort: one comparison per id when they came in creation order,
+                # measured as cheap as a plain copy) and without the spare room of the
+                # appends, as build_rows does.
+                sess.ids = sorted(group)
+                sess.kind_counts[kind] = len(group)
+                made.append(sess)
+        self._set_order(made)
+
+    def _set_order(self, sessions: list[SessionHistory]) -> None:
+        """The index of `sessions` (in any order; each with ids): kept in session order
+        (first id), whatever order the messages came in, as are the order's lists."""
+        sessions.sort(key=_first_id)
+        self._sessions = {sess.session_id: sess for sess in sessions}
+        self._order_keys = [sess.ids[0] for sess in sessions]
+        self._order_sessions = [sess.session_id for sess in sessions]
 
     def _unorder(self, first_id: str) -> None:
         i = bisect_left(self._order_keys, first_id)

@@ -46,6 +46,7 @@ HEAD_SIZE: Final = HEAD.size  # 18
 _I64: Final = struct.Struct("<q")
 _U32: Final = struct.Struct("<I")
 _FIRST: Final = itemgetter(0)
+_SESSION_AT: Final = struct.Struct("<8xI")  # a packed value's session number
 UPDATED: Final = 1
 META: Final = 2
 # Snapshot rows (binary_rows / load_binary): <B kind> <I a> <I b> then a + b bytes.
@@ -373,6 +374,17 @@ class MessageTable:
             sessions = map(self._sessions.__getitem__, numbers)
             return zip(values.keys(), sessions, repeat(DEFAULT_METADATA), strict=False)
         return self._history_rows_each()
+
+    def history_columns(self) -> tuple[Iterator[str], Iterator[int], list[str]] | None:
+        """When every value is packed and none has metadata (so each message's metadata is
+        the default): the message ids in order, their session numbers in step, and the
+        session id of each number (for HistoryIndex.build_columns; not to be kept). None
+        otherwise: then see history_rows."""
+        if self._others:
+            return None
+        packed: ValuesView[bytes] = self._values.values()  # type: ignore[assignment]
+        numbers = map(_FIRST, map(_SESSION_AT.unpack_from, packed))
+        return iter(self._values.keys()), numbers, self._sessions
 
     def _history_rows_each(self) -> Iterator[tuple[str, str, Metadata]]:
         sessions = self._sessions
@@ -772,6 +784,9 @@ class MessagesView(Mapping[str, Message]):
 
     def history_rows(self) -> Iterator[tuple[str, str, Metadata]]:
         return self._table.history_rows()
+
+    def history_columns(self) -> tuple[Iterator[str], Iterator[int], list[str]] | None:
+        return self._table.history_columns()
 
     def memory(self) -> TableMemory:
         return self._table.memory()

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from itertools import repeat
 
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from ulid import ULID
 
 from convmem_engine.domain import Message, Metadata, Relation
+from convmem_engine.domain.message import DEFAULT_METADATA
 from convmem_engine.index.history_index import HistoryIndex
 from convmem_engine.index.relation_index import RelationIndex
+from convmem_engine.service.index_set import _build_history_and_relations
+from convmem_engine.storage.packed import MessageTable
 
 
 def make_ids(n: int) -> list[str]:
@@ -123,3 +129,75 @@ def test_relation_index_incoming() -> None:
     assert r.incoming(a) == [(c, "supersedes")]
     r.remove(mc)
     assert r.incoming(a) == [] and r.target_count() == 0
+
+
+def history_state(h: HistoryIndex) -> object:
+    """Everything a HistoryIndex holds, in the order it holds it."""
+    sessions = [
+        (sid, s.ids, s.kind_counts, s.summary_ids, s.kind_summary_ids)
+        for sid, s in ((sid, h.session(sid)) for sid in h.session_ids())
+        if s is not None
+    ]
+    return sessions, h.sessions_after(None, 1 << 30), h.memory_bytes()
+
+
+# (session, kind, summary) of each message; None for the default metadata.
+_MESSAGE = st.tuples(
+    st.integers(0, 6),
+    st.one_of(
+        st.none(),
+        st.tuples(st.sampled_from(["conversation", "summary", "episode"]), st.booleans()),
+    ),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    messages=st.lists(_MESSAGE, max_size=60),
+    seed=st.integers(0, 1 << 16),
+    deleted=st.sets(st.integers(0, 59), max_size=20),
+    prune=st.booleans(),
+)
+@example(messages=[(0, None), (1, None)] * 3, seed=0, deleted=set(), prune=False)
+def test_history_fast_build_matches_general(
+    messages: list[tuple[int, tuple[str, bool] | None]],
+    seed: int,
+    deleted: set[int],
+    prune: bool,
+) -> None:
+    """The store's columns path (no message with metadata) and its rows path give the same
+    index as a build from the Messages: sessions interleaved, ids stored out of order, some
+    deleted and their sessions pruned to placeholders."""
+    ids = make_ids(len(messages))
+    order = list(range(len(messages)))
+    random.Random(seed).shuffle(order)
+    table = MessageTable()
+    for i in order:
+        session, md = messages[i]
+        if md is None:
+            table.set(msg(ids[i], f"s{session}"))
+        else:
+            kind, summary = md
+            table.set(msg(ids[i], f"s{session}", kind, summary="sum" if summary else None))
+    for i in deleted:
+        if i < len(ids):
+            table.pop(ids[i])
+    if prune:
+        table.prune_sessions()
+    view = table.view
+    general = HistoryIndex()
+    general.build(view.values())
+    built = HistoryIndex()
+    built.build(list(view.values())[::-1])  # any order of messages: the same index
+    assert history_state(built) == history_state(general)
+    built = HistoryIndex()
+    _build_history_and_relations(built, RelationIndex(), view)
+    assert history_state(built) == history_state(general)
+    columns = view.history_columns()
+    plain = all(m.metadata == DEFAULT_METADATA for m in view.values())
+    assert (columns is not None) == plain
+    if columns is not None:
+        ids_, numbers, names = columns
+        rows = HistoryIndex()
+        rows.build_rows(zip(ids_, map(names.__getitem__, numbers), repeat(DEFAULT_METADATA)))
+        assert history_state(rows) == history_state(general)
