@@ -44,8 +44,10 @@ __all__ = [
     "insert",
     "intersect",
     "members",
+    "narrow",
     "nbytes",
     "pack",
+    "widen",
 ]
 
 BIG: Final = 1024
@@ -495,6 +497,18 @@ def pack(postings: array[int]) -> Postings:
         out.add_container(high, _narrow(postings[i:j]))
         i = j
     return out
+
+
+def widen(lows: array[int], high: int) -> array[int]:
+    """The documents of container `high` with low bits `lows` (ascending) as an array('I'),
+    made in C (`_widen`)."""
+    return _widen(lows, high)
+
+
+def narrow(docs: array[int]) -> array[int]:
+    """The low 16 bits of each of `docs` (an array('I')) as an array('H'), made in C
+    (`_narrow`)."""
+    return _narrow(docs)
 
 
 def nbytes(postings: PostingList) -> int:

@@ -45,8 +45,10 @@ from convmem_engine.index.postings import (
     insert,
     intersect,
     members,
+    narrow,
     nbytes,
     pack,
+    widen,
 )
 from convmem_engine.index.postings import contains as _contains
 from convmem_engine.index.postings import discard as _discard
@@ -83,6 +85,7 @@ _PRETEST_AFTER: Final = 256  # walked with a full heap of >= cap scores before t
 # pre-test runs (before that, most walks end early and the test would be extra work)
 _BLOCK: Final = 1 << _BLOCK_SHIFT
 _CONTAINER: Final = 1 << 16  # build(): documents per container (postings.py)
+_WIDEN_FROM: Final = 32  # build(): a container's list this long is widened in C (postings.widen)
 _POLL: Final = 4096  # build(): messages between two polls of `cancelled`
 _LANE_PASSES: Final = 8  # build(): importance lanes made by one pass each, up to this many
 _ARRAY_GROWS: Final = BITMAP - 1  # add(): a container this much shorter stays an array
@@ -582,7 +585,9 @@ def _derive_bigrams(local: dict[str, array[int]]) -> None:
         union = set(lists[0])
         for lows in lists[1:]:
             union.update(lows)
-        local[key] = array("H", sorted(union))
+        # Made as array('I') and narrowed in C: an 'I' array takes each int without the
+        # argument parsing an 'H' array does per item.
+        local[key] = narrow(array("I", sorted(union)))
 
 
 Candidates: TypeAlias = "Sequence[int] | Postings"
@@ -641,6 +646,15 @@ def _lanes_of(imps: array[int]) -> dict[int, PostingList]:
         for doc, level in enumerate(imps):
             lanes[level].append(doc)
     return {level: pack(lane) if len(lane) >= BIG else lane for level, lane in lanes.items()}
+
+
+def _container_docs(lows: array[int], start: int) -> array[int]:
+    """build(): a new array('I') of the documents `start` + each of `lows` (the low bits of
+    one container's documents, ascending; `start` its first document): widened in C
+    (`postings.widen`) unless short."""
+    if len(lows) < _WIDEN_FROM:
+        return array("I", map(start.__add__, lows))
+    return widen(lows, start >> 16)
 
 
 def _new_docs() -> array[int]:
@@ -869,12 +883,12 @@ class SearchIndex:
             p = post.get(g)
             if p is None:
                 if len(lows) < BIG:
-                    post[g] = array("I", map(start.__add__, lows))
+                    post[g] = _container_docs(lows, start)
                     continue
                 p = post[g] = Postings(array("I", [0]), array("H"), 0)
             elif not isinstance(p, Postings):
                 if len(p) + len(lows) < BIG:
-                    p.extend(map(start.__add__, lows))
+                    p.extend(_container_docs(lows, start))
                     continue
                 p = post[g] = pack(p)
             p.add_container(high, lows)
