@@ -24,9 +24,11 @@ One command, one run, on the real corpus (chitchat-dataset, 258,145 messages):
 Usage: python bench/bench_mcp.py [--sizes 1000,100000,258145] [--million] [--writes 300]
        [--clients 1,8,16] [--per-client 150] [--no-peer] [--json OUT] [--plots DIR]
        python bench/bench_mcp.py --cold-stores /tmp/perf-258k,/tmp/perf-1m [--starts 5]
-         [--no-index-wait]
+         [--no-index-wait] [--frozen DIST]
          (cold start only, on copies of ready-made stores: handshake, first reply, the
-         server's CPU time at each (from /proc), first/later health, index ready, peak RSS)
+         server's CPU time at each (from /proc), first/later health, index ready, peak RSS;
+         with --frozen, each start from source is followed by one of DIST/convmem-cli serve,
+         a PyInstaller build of installer/convmem.spec, and the ratios are printed)
        python bench/bench_mcp.py --app-only [--clients 1,8,16] [--per-client 200]
          [--profile-app DIR [--profile-gil]]
          (section 4 only: the app through shims; CPU per call of the app, of each shim and
@@ -48,7 +50,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -266,11 +268,17 @@ def index_ready(answer: dict[str, Any]) -> bool:
     return health["active_messages"] == 0 or estimate["search_index_bytes"] > 0
 
 
-def cold_start(data_dir: Path, *, wait_index: bool = True) -> dict[str, float]:
-    """Timings (ms) from process start; the peak RSS (MiB) at index ready and once settled."""
+SOURCE_SERVE: Final = [PY, "-m", "convmem_app", "serve"]
+
+
+def cold_start(
+    data_dir: Path, *, wait_index: bool = True, serve: list[str] = SOURCE_SERVE
+) -> dict[str, float]:
+    """Timings (ms) from process start; the peak RSS (MiB) at index ready and once settled.
+    `serve`: the command that serves MCP on stdio (from source, or a frozen `convmem-cli`)."""
     started = time.perf_counter()
     process = subprocess.Popen(
-        [PY, "-m", "convmem_app", "serve", "--data-dir", str(data_dir)],
+        [*serve, "--data-dir", str(data_dir)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -335,10 +343,20 @@ def cold_start(data_dir: Path, *, wait_index: bool = True) -> dict[str, float]:
 
 
 def cold_stores(
-    stores: list[str], starts: int, where: str | None, out: str | None, wait_index: bool
+    stores: list[str],
+    starts: int,
+    where: str | None,
+    out: str | None,
+    wait_index: bool,
+    frozen: str = "",
 ) -> int:
     """Cold starts of `convmem serve` on copies of ready-made stores (their search.idx kept),
-    `starts` each, interleaved with an empty store's so both see the same machine."""
+    `starts` each, interleaved with an empty store's so both see the same machine. With
+    `frozen` (a PyInstaller dist folder), each start from source is followed by one of its
+    `convmem-cli serve` on the same store."""
+    servers = {"": SOURCE_SERVE}
+    if frozen:
+        servers[" frozen"] = [str(Path(frozen) / "convmem-cli"), "serve"]
     work = Path(tempfile.mkdtemp(prefix="cmbench-cold-", dir=where))
     figures: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "load_before": load_average()}}
     keys = ("handshake_ms", "handshake_cpu_ms", "first_reply_ms", "first_reply_cpu_ms")
@@ -348,10 +366,15 @@ def cold_stores(
         for store in stores:
             copies[Path(store).name] = work / Path(store).name
             shutil.copytree(store, copies[Path(store).name], symlinks=True)
-        runs: dict[str, list[dict[str, float]]] = {name: [] for name in copies}
+        runs: dict[str, list[dict[str, float]]] = {
+            name + label: [] for name in copies for label in servers
+        }
         for _ in range(starts):
             for name, data_dir in copies.items():
-                runs[name].append(cold_start(data_dir, wait_index=wait_index))
+                for label, serve in servers.items():
+                    runs[name + label].append(
+                        cold_start(data_dir, wait_index=wait_index, serve=serve)
+                    )
         print(
             f"{'store':>12} {'handshake':>9} {'(cpu)':>7} {'1st reply':>9} {'(cpu)':>7}"
             f" {'1st health':>10} {'later':>7} {'idx ready':>9} {'peak MiB':>8}"
@@ -370,6 +393,12 @@ def cold_stores(
             )
             print(f"{'':>12} ranges: {spread}")
             figures[name] = {"median": med, "runs": rows}
+        for name in copies if frozen else ():
+            ratios = ", ".join(
+                f"{k} {figures[name + ' frozen']['median'][k] / figures[name]['median'][k]:.2f}"
+                for k in keys
+            )
+            print(f"{name:>12} frozen / source: {ratios}")
         figures["machine"]["load_after"] = load_average()
         print(f"load average after: {load_average()}")
     finally:
@@ -787,6 +816,11 @@ def main() -> int:
     )
     parser.add_argument("--starts", type=int, default=5, help="cold starts per store")
     parser.add_argument(
+        "--frozen",
+        default="",
+        help="with --cold-stores: also start this PyInstaller dist folder's convmem-cli serve",
+    )
+    parser.add_argument(
         "--no-index-wait", action="store_true", help="with --cold-stores: skip 'index ready'"
     )
     parser.add_argument(
@@ -808,7 +842,9 @@ def main() -> int:
 
     if args.cold_stores:
         stores = args.cold_stores.split(",")
-        return cold_stores(stores, args.starts, args.dir, args.json, not args.no_index_wait)
+        return cold_stores(
+            stores, args.starts, args.dir, args.json, not args.no_index_wait, args.frozen
+        )
     counts = [int(c) for c in args.clients.split(",") if c]
     work = Path(tempfile.mkdtemp(prefix="cmbench-mcp-", dir=args.dir))
     figures: dict[str, Any] = {
