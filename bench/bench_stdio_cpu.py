@@ -29,13 +29,22 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_mcp import child_env, cpu_seconds, fsync_floor, load_average, p50, pct, write_args
+from bench_mcp import (
+    child_env,
+    cpu_seconds,
+    fsync_floor,
+    load_average,
+    p50,
+    pct,
+    rpc,
+    wait_cpu_still,
+    write_args,
+)
 
 PY = sys.executable
 ROOT = str(Path(__file__).resolve().parent.parent)
@@ -45,24 +54,6 @@ MODERN_META = {
     "io.modelcontextprotocol/clientCapabilities": {},
     "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "0"},
 }
-
-
-def line(request_id: int, method: str, params: dict[str, Any]) -> bytes:
-    body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
-    return json.dumps(body).encode() + b"\n"
-
-
-def wait_idle(cpu: Callable[[], float], timeout: float = 30.0) -> None:
-    """Wait until the server has finished its start (`convmem serve`'s front answers the first
-    calls while the SDK and the runtime load on other threads): its CPU time stands still."""
-    deadline = time.monotonic() + timeout
-    last = cpu()
-    while time.monotonic() < deadline:
-        time.sleep(0.3)
-        now = cpu()
-        if now - last < 0.005:
-            return
-        last = now
 
 
 def run_serve(
@@ -84,7 +75,7 @@ def run_serve(
     stdin, stdout = process.stdin, process.stdout
 
     def call(request_id: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        stdin.write(line(request_id, method, params))
+        stdin.write(rpc(request_id, method, params))
         stdin.flush()
         answer: dict[str, Any] = json.loads(stdout.readline())
         assert answer.get("id") == request_id, answer
@@ -109,7 +100,8 @@ def run_serve(
             stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
         for i in range(50):  # warm up
             assert "result" in write(i)
-        wait_idle(lambda: cpu_seconds(process.pid))
+        # the front answered the first calls while the SDK and the runtime loaded: wait for them
+        wait_cpu_still(lambda: cpu_seconds(process.pid))
         write(50)  # (served by the runtime now)
         latencies = []
         cpu0 = cpu_seconds(process.pid)
@@ -152,7 +144,7 @@ def run_serve_sdk(data_dir: Path, n: int, fast: bool, root: str | None = None) -
                 for i in range(50):  # warm up
                     await client.call_tool("write_message", write_args(i, "cpu"))
                 me = os.getpid()
-                wait_idle(lambda: children_cpu_seconds(me))
+                wait_cpu_still(lambda: children_cpu_seconds(me))
                 await client.call_tool("write_message", write_args(50, "cpu"))
                 cpu0, client0 = children_cpu_seconds(me), time.process_time()
                 for i in range(50, 50 + n):

@@ -19,7 +19,6 @@ import sys
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from itertools import repeat
 
 from convmem_engine.domain.message import DEFAULT_METADATA, MEMORY_KINDS, Message, Metadata
 
@@ -187,10 +186,6 @@ class HistoryIndex:
         the ids are grouped by number at C speed (no Python code per message; 1M messages:
         0.40 -> ~0.2 s CPU), each session's kind count is its length and no session has
         summary ids."""
-        md = DEFAULT_METADATA
-        if md.summary is not None or md.memory_kind == "summary":  # pragma: no cover
-            self.build_rows(zip(ids, map(session_ids.__getitem__, numbers), repeat(md)))
-            return
         with _collector_paused():
             self._build_columns(ids, numbers, session_ids)
 
@@ -198,6 +193,7 @@ class HistoryIndex:
         self, ids: Iterable[str], numbers: Iterable[int], session_ids: Sequence[str]
     ) -> None:
         md = DEFAULT_METADATA
+        assert md.summary is None and md.memory_kind != "summary"  # so no summary ids
         self.clear()
         kind = _KIND_INDEX[md.memory_kind]
         groups: list[list[str]] = [[] for _ in session_ids]

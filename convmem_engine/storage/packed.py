@@ -26,7 +26,6 @@ import struct
 import sys
 from collections.abc import Collection, ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
 from dataclasses import dataclass
-from itertools import repeat
 from operator import itemgetter
 from typing import Any, Final
 
@@ -153,7 +152,7 @@ class MessageTable:
         self._body_bytes = 0
         self._metadata_bytes = 0
         self._session_bytes = 0  # sys.getsizeof of every session id string of the table
-        # how many values are kept Messages or have metadata (0: history_rows and
+        # how many values are kept Messages or have metadata (0: history_columns applies and
         # with_metadata need not look at each value)
         self._others = 0
 
@@ -366,14 +365,17 @@ class MessageTable:
 
     def history_rows(self) -> Iterator[tuple[str, str, Metadata]]:
         """(message_id, session_id, metadata) of every message, in order, without building
-        the Messages (what the history index is built from)."""
-        values = self._values
-        if not self._others:  # every value packed, none with metadata: at C speed
-            packed: ValuesView[bytes] = values.values()  # type: ignore[assignment]
-            numbers = map(_FIRST, map(_U32.unpack_from, packed, repeat(8)))
-            sessions = map(self._sessions.__getitem__, numbers)
-            return zip(values.keys(), sessions, repeat(DEFAULT_METADATA), strict=False)
-        return self._history_rows_each()
+        the Messages (what the history index is built from when `history_columns` is None)."""
+        sessions = self._sessions
+        session_at = _U32.unpack_from
+        default = DEFAULT_METADATA
+        unpack = self.unpack
+        for k, v in self._values.items():
+            if type(v) is bytes and not v[13] & META:
+                yield k, sessions[session_at(v, 8)[0]], default
+                continue
+            m = unpack(k, v)
+            yield k, m.session_id, m.metadata
 
     def history_columns(self) -> tuple[Iterator[str], Iterator[int], list[str]] | None:
         """When every value is packed and none has metadata (so each message's metadata is
@@ -385,18 +387,6 @@ class MessageTable:
         packed: ValuesView[bytes] = self._values.values()  # type: ignore[assignment]
         numbers = map(_FIRST, map(_SESSION_AT.unpack_from, packed))
         return iter(self._values.keys()), numbers, self._sessions
-
-    def _history_rows_each(self) -> Iterator[tuple[str, str, Metadata]]:
-        sessions = self._sessions
-        session_at = _U32.unpack_from
-        default = DEFAULT_METADATA
-        unpack = self.unpack
-        for k, v in self._values.items():
-            if type(v) is bytes and not v[13] & META:
-                yield k, sessions[session_at(v, 8)[0]], default
-                continue
-            m = unpack(k, v)
-            yield k, m.session_id, m.metadata
 
     def frozen(self) -> FrozenMessages:
         """The messages live now, materialized only when iterated (the table may change
