@@ -52,10 +52,12 @@ why, before `convmem serve` exits with its usual status and stderr line.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
+import stat
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -481,6 +483,7 @@ class StdioFront:
         self.answered = 0
         """Requests the front answered after the handshake (for the log and the tests)."""
         self._deliver: Callable[[bytes, bool], object] | None = None
+        self._loop_reads = False  # after the handover the session's loop reads `in_fd`
         self._slots = threading.Semaphore(READ_AHEAD_CHUNKS)
         self._thread = threading.Thread(target=self._run, name="convmem-stdin", daemon=True)
 
@@ -506,6 +509,13 @@ class StdioFront:
                 if self._state == "failed":
                     return
                 handed = self._state == "handed"
+                loop_reads = handed and self._loop_reads
+                deliver = self._deliver
+            if loop_reads:  # the session's loop reads from here on
+                assert deliver is not None
+                with contextlib.suppress(RuntimeError):  # a closed loop: nobody listens
+                    deliver(_LOOP_READS, False)
+                return
             if handed:
                 self._slots.acquire()
             try:
@@ -730,9 +740,14 @@ class StdioFront:
 
     def handover(self, loop: asyncio.AbstractEventLoop) -> HandedStream:
         """Give the stream to a session on `loop` (call on that loop): its `read()` yields
-        the bytes the front kept, then the rest of stdin; b"" at end of input."""
+        the bytes the front kept, then the rest of stdin; b"" at end of input.
+
+        Where `loop` can watch `in_fd` (`LoopReader.usable`: a pipe or a socket, on POSIX),
+        the reader thread stops after the chunk it may be waiting for and the loop reads the
+        rest itself: no thread hand-off per request. Else the thread goes on reading."""
         self.stop_answering()
-        stream = HandedStream(self._slots)
+        loop_reads = LoopReader.usable(loop, self.in_fd)
+        stream = HandedStream(self._slots, loop, self.in_fd if loop_reads else None)
         with self._cond:
             if self._state == "failed":
                 raise RuntimeError("the front failed: there is no stream to hand over")
@@ -741,6 +756,7 @@ class StdioFront:
             eof = self._eof
             started = self._state != "new"
             self._state = "handed"
+            self._loop_reads = loop_reads
             self._deliver = lambda chunk, slotted: loop.call_soon_threadsafe(
                 stream.put, chunk, slotted
             )
@@ -752,7 +768,10 @@ class StdioFront:
         if eof:
             stream.put(b"", False)
         elif not started:  # the lock was never reported (a custom open): read from here on
-            self._thread.start()
+            if loop_reads:
+                stream.put(_LOOP_READS, False)
+            else:
+                self._thread.start()
         return stream
 
     def wrap_send(self, send: Send) -> Send:
@@ -814,25 +833,44 @@ class StdioFront:
                 return
 
 
-class HandedStream:
-    """The session's side of a handed-over stdin (used on the session's loop)."""
+_LOOP_READS: Final = b"loop reads"
+"""(Compared by identity.) In a handed stream: what follows is read by the loop itself."""
 
-    def __init__(self, slots: threading.Semaphore) -> None:
+
+class HandedStream:
+    """The session's side of a handed-over stdin (used on the session's loop): the chunks the
+    front delivers, then (`_LOOP_READS`) what a `LoopReader` reads."""
+
+    def __init__(
+        self,
+        slots: threading.Semaphore,
+        loop: asyncio.AbstractEventLoop | None = None,
+        loop_fd: int | None = None,
+    ) -> None:
         import asyncio
 
         self._slots = slots
         self._queue: asyncio.Queue[tuple[bytes, bool]] = asyncio.Queue()
         self._closed = False
+        self._loop = loop
+        self._loop_fd = loop_fd
+        self._reader: LoopReader | None = None
 
     def put(self, chunk: bytes, slotted: bool) -> None:
         self._queue.put_nowait((chunk, slotted))
 
     async def read(self) -> bytes:
+        if self._reader is not None:
+            return await self._reader.read()
         if self._closed:
             return b""
         chunk, slotted = await self._queue.get()
         if self._closed:
             return b""
+        if chunk is _LOOP_READS:
+            assert self._loop is not None and self._loop_fd is not None
+            self._reader = LoopReader(self._loop, self._loop_fd)
+            return await self._reader.read()
         if slotted:
             self._slots.release()
         if not chunk:
@@ -843,6 +881,113 @@ class HandedStream:
         """From now on reads see end of input."""
         self._closed = True
         self._queue.put_nowait((b"", False))
+        if self._reader is not None:
+            self._reader.close()
+
+
+class LoopReader:
+    """Reads `fd` (a pipe or a socket) on `loop` itself (`add_reader`), a few chunks ahead of
+    the session at most: each request reaches the session in the loop iteration that sees it
+    arrive, with no thread and no wake-up of the loop from another thread.
+
+    The descriptor is put in non-blocking mode while the reader watches it (so a read can
+    never hold up the loop) and given back its mode at end of input or `close()`. Where the
+    loop cannot watch it (regular files, consoles, Windows: `usable`), a thread reads instead
+    (`StdioFront`'s, or the listener's `_StdinPump`)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int) -> None:
+        self._loop = loop
+        self._fd = fd
+        self._chunks: deque[bytes] = deque()
+        self._eof = False
+        self._closed = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._watching = False
+        self._was_blocking = os.get_blocking(fd)
+        if self._was_blocking:
+            os.set_blocking(fd, False)
+        self._watch()
+
+    @staticmethod
+    def usable(loop: asyncio.AbstractEventLoop, fd: int) -> bool:
+        """Whether `loop` can watch `fd`: a pipe or a socket, on POSIX (a console's mode is
+        shared with the shell; Windows' loops watch sockets only)."""
+        if os.name != "posix" or not hasattr(loop, "add_reader"):
+            return False
+        try:
+            mode = os.fstat(fd).st_mode
+        except OSError:
+            return False
+        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+            return False
+        try:  # (a loop may lack readers: asyncio's proactor, some third-party loops)
+            loop.add_reader(fd, _nothing)
+        except (NotImplementedError, OSError, ValueError):
+            return False
+        loop.remove_reader(fd)
+        return True
+
+    def _watch(self) -> None:
+        if not self._watching:
+            self._loop.add_reader(self._fd, self._readable)
+            self._watching = True
+
+    def _unwatch(self) -> None:
+        if self._watching:
+            self._watching = False
+            self._loop.remove_reader(self._fd)
+
+    def _readable(self) -> None:
+        try:
+            chunk = os.read(self._fd, READ_CHUNK_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return  # nothing after all: wait for the next readiness
+        except OSError:
+            chunk = b""
+        if chunk:
+            self._chunks.append(chunk)
+            if len(self._chunks) >= READ_AHEAD_CHUNKS:
+                self._unwatch()  # back-pressure: read again once the session has taken one
+        else:
+            self._end()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _end(self) -> None:
+        self._eof = True
+        self._unwatch()
+        if self._was_blocking:
+            self._was_blocking = False
+            with contextlib.suppress(OSError):
+                os.set_blocking(self._fd, True)
+
+    async def read(self) -> bytes:
+        """The next chunk; b"" at end of input (and after `close()`)."""
+        while not self._chunks and not self._eof and not self._closed:
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        if self._closed or not self._chunks:
+            return b""
+        chunk = self._chunks.popleft()
+        if not self._eof:
+            self._watch()
+        return chunk
+
+    def close(self) -> None:
+        """From now on reads see end of input; `fd` is no longer watched (call on the loop)."""
+        self._closed = True
+        self._end()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+def _nothing() -> None:
+    pass
 
 
 def _line_request_id(line: bytes) -> str | int | None:

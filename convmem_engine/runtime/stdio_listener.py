@@ -3,8 +3,10 @@
 - Only protocol bytes reach stdout: `private_stdout()` keeps the real stdout on a private
   descriptor and points fd 1 at stderr, so a stray print (ours or a library's) cannot corrupt
   the stream.
-- stdin is read by a daemon thread with back-pressure (at most a few chunks ahead), which works
-  for pipes, files and consoles on every platform.
+- stdin is read with back-pressure (at most a few chunks ahead of the session): on the loop
+  itself when it is a pipe or a socket on POSIX (`front.LoopReader`: each request is read in
+  the loop iteration that sees it arrive, with no thread hand-off), else by a daemon thread
+  (regular files, consoles, Windows).
 - With a `StdioFront` (`convmem serve`), the front has been reading stdin since the lock was
   taken (and may have answered the handshake): the session takes its stream over, replaying
   every byte the front kept, and the SDK's duplicate of the front's answer is dropped.
@@ -170,6 +172,8 @@ class StdioListener:
     def start(self, runtime: Runtime) -> None:
         import anyio.to_thread  # imported here: the SDK loads it anyway, after the handshake
 
+        from convmem_engine.runtime.front import LoopReader
+
         self._run_sync = anyio.to_thread.run_sync
         started = threading.Event()
 
@@ -180,6 +184,8 @@ class StdioListener:
             if self.front is not None:
                 self._pump = self.front.handover(loop)
                 send = self.front.wrap_send(send)
+            elif LoopReader.usable(loop, self.in_fd):
+                self._pump = LoopReader(loop, self.in_fd)
             else:
                 pump = _StdinPump(loop, self.in_fd)
                 pump.start()

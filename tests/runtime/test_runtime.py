@@ -272,7 +272,16 @@ def test_client_info_from_request_meta(runtime: Runtime) -> None:
         assert client.version == ""  # not a string: not shown
 
 
-def test_stdio_listener_over_real_pipes(runtime: Runtime) -> None:
+@pytest.mark.parametrize("reader", ["loop", "thread"])
+def test_stdio_listener_over_real_pipes(
+    runtime: Runtime, reader: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a front: stdin read on the loop (a pipe, on POSIX) or by a thread (as on
+    Windows, where `LoopReader.usable` says no)."""
+    from convmem_engine.runtime.front import LoopReader
+
+    if reader == "thread":
+        monkeypatch.setattr(LoopReader, "usable", staticmethod(lambda loop, fd: False))
     runtime.open()
     in_read, in_write = os.pipe()
     out_read, out_write = os.pipe()
