@@ -43,7 +43,9 @@ the front kept, in order (the handshake it answered, the notifications, and ever
 did not answer, so the SDK's session state is exactly as if it had answered the handshake),
 then the rest of stdin. Requests the front answered are never passed on: each is answered
 once. The SDK's answer to the handshake the front already answered is swallowed by id
-(`wrap_send`).
+(`wrap_send`). From the hand-over on, a pipe or a socket (on POSIX) is read on the session's
+loop itself (`LoopReader`): the front's thread delivers the chunk it may be waiting for, then
+ends; anything else (a regular file, a console, Windows) the thread goes on reading.
 
 When the open fails after the lock was taken (a corrupt store, a broken agent.yaml), `fail`
 answers each request read so far that the front did not answer with a JSON-RPC error saying
