@@ -30,9 +30,12 @@ Usage: python bench/bench_mcp.py [--sizes 1000,100000,258145] [--million] [--wri
          with --frozen, each start from source is followed by one of DIST/convmem-cli serve,
          a PyInstaller build of installer/convmem.spec, and the ratios are printed)
        python bench/bench_mcp.py --app-only [--clients 1,8,16] [--per-client 200]
-         [--profile-app DIR [--profile-gil]]
+         [--profile-app DIR [--profile-gil]] [--tree NAME=DIR ... --rounds N] [--tray]
          (section 4 only: the app through shims; CPU per call of the app, of each shim and
-         of each SDK client, from /proc; optionally a py-spy profile of the app per count)
+         of each SDK client, from /proc, counted until the app's CPU stands still after the
+         last write; the app's idle CPU measured before; optionally a py-spy profile of the
+         app per count (--idle off, or --gil); with --tree, one app per ConvMem tree, taking
+         turns round by round: an A/B on the same machine)
 Linux only (reads /proc). Prints a table per section; --json keeps every figure for
 bench/plot_mcp.py.
 """
@@ -60,14 +63,19 @@ from corpus import load_corpus
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 NPM_PEER = "@modelcontextprotocol/server-memory"
+TREE_VARIABLE = "BENCH_MCP_TREE"  # the ConvMem tree a worker's shim runs from
 
 
 # ---- small utilities ------------------------------------------------------------------------
 
 
-def child_env() -> dict[str, str]:
+def child_env(tree: Path | None = None) -> dict[str, str]:
+    """The environment of the processes the bench starts: ConvMem from `tree` (default: the
+    tree a worker was told, else this one), Qt offscreen."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONVMEM_")}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    root = str(tree) if tree is not None else os.environ.get(TREE_VARIABLE, str(ROOT))
+    env[TREE_VARIABLE] = root
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     env["QT_QPA_PLATFORM"] = "offscreen"
     return env
 
@@ -111,14 +119,17 @@ def vm_hwm_mib(pid: int) -> float:
     return float("nan")
 
 
-def wait_cpu_still(cpu: Callable[[], float], timeout: float = 30.0) -> None:
-    """Wait (at most `timeout`) until `cpu()` (CPU seconds) stands still for 0.3 s."""
+def wait_cpu_still(
+    cpu: Callable[[], float], timeout: float = 30.0, still: float = 0.3, slack: float = 0.005
+) -> None:
+    """Wait (at most `timeout`) until `cpu()` (CPU seconds) grows by less than `slack` in
+    `still` seconds."""
     deadline = time.monotonic() + timeout
     last = cpu()
     while time.monotonic() < deadline:
-        time.sleep(0.3)
+        time.sleep(still)
         now = cpu()
-        if now - last < 0.005:
+        if now - last < slack:
             return
         last = now
 
@@ -540,11 +551,14 @@ def run_clients(
 
 
 def thread_cpu_seconds(pid: int) -> dict[str, float]:
-    """CPU seconds of each live thread of `pid`, summed by thread name (digits dropped)."""
+    """CPU seconds of each live thread of `pid`, summed by thread name (digits dropped); the
+    main thread (the app's Qt thread) is "main", Python's own threads (no OS name: the engine
+    loop, tool workers) are "python"."""
     out: dict[str, float] = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             name = (task / "comm").read_text().strip().rstrip("0123456789_")
+            name = "main" if task.name == str(pid) else name
             used = _task_cpu(task)
         except OSError:
             continue
@@ -557,34 +571,63 @@ def _task_cpu(task: Path) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+TRAY_APP: Final = """import sys
+from PySide6.QtWidgets import QSystemTrayIcon
+QSystemTrayIcon.isSystemTrayAvailable = staticmethod(lambda: True)
+from convmem_app.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+"""`convmem app` believing the desktop has a system tray (offscreen has none), as a user's
+app started at login runs: `--minimized` then opens no window until asked."""
+
+APP_STILL_S: Final = 1.0
+"""The app's work is counted until its CPU stands still this long (no 10 ms tick in it):
+work it defers (a batch delivered by a timer, health refreshed after writes pause) is in."""
+
+
 class _AppWatch:
-    """The app's CPU seconds, per thread too (and optionally a py-spy profile) while the
-    workers write."""
+    """The app's CPU seconds, per thread too (and optionally a py-spy profile), from just
+    before the workers start writing until the app's CPU stands still after they finished."""
 
     def __init__(self, pid: int, profile: Path | None, gil: bool = False) -> None:
         self.pid = pid
         self.load = load_average()
         self.cpu_before = cpu_seconds(pid)
         self.threads_before = thread_cpu_seconds(pid)
+        self.began = time.monotonic()
         self.cpu = 0.0
+        self.deferred = 0.0  # CPU after the last worker finished
+        self.seconds = 0.0  # how long the window was open
         self.threads: dict[str, float] = {}
         self.spy: subprocess.Popen[bytes] | None = None
         if profile is not None:
-            mode = "--gil" if gil else "--idle"
-            spy = [str(Path(PY).parent / "py-spy"), "record", mode, "--threads", "-r", "500"]
+            spy = [str(Path(PY).parent / "py-spy"), "record", "--threads", "-r", "500"]
+            spy += ["--gil"] if gil else []
             spy += ["-p", str(pid), "-f", "raw", "-o", str(profile)]
             self.spy = subprocess.Popen(spy, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(1.0)  # attached before the first write
 
     def close(self) -> None:
+        ended = cpu_seconds(self.pid)
+        if self.spy is not None:
+            self.spy.send_signal(2)  # SIGINT: py-spy writes its profile and exits
+            self.spy.wait(60)
+        wait_cpu_still(lambda: cpu_seconds(self.pid), still=APP_STILL_S, slack=0.001)
+        self.seconds = time.monotonic() - self.began
         self.cpu = cpu_seconds(self.pid) - self.cpu_before
+        self.deferred = self.cpu - (ended - self.cpu_before)
         after = thread_cpu_seconds(self.pid)
         self.threads = {
             name: used - self.threads_before.get(name, 0.0) for name, used in after.items()
         }
-        if self.spy is not None:
-            self.spy.send_signal(2)  # SIGINT: py-spy writes its profile and exits
-            self.spy.wait(60)
+
+
+def idle_cpu_ms_per_s(pid: int, seconds: float) -> float:
+    """The app's CPU while no host writes (its timers), ms per second, once it stands still."""
+    wait_cpu_still(lambda: cpu_seconds(pid), still=APP_STILL_S, slack=0.001)
+    cpu, began = cpu_seconds(pid), time.monotonic()
+    time.sleep(seconds)
+    return (cpu_seconds(pid) - cpu) * 1000 / (time.monotonic() - began)
 
 
 def summarise_clients(results: list[dict[str, Any]]) -> dict[str, float]:
@@ -629,58 +672,153 @@ def read_back_convmem(data_dir: Path, results: list[dict[str, Any]]) -> int:
     return anyio.run(run)
 
 
+def print_app(by_tree: dict[str, dict[int, dict[str, Any]]], counts: list[int]) -> None:
+    for name, app in by_tree.items():
+        first = next(iter(app.values()), {})
+        print(
+            f"[{name}] idle {first.get('idle_ms_per_s', float('nan')):.2f} ms CPU/s,"
+            f" window visible: {first.get('window_visible')}"
+        )
+        one = app[counts[0]]["writes_per_s"] if counts else float("nan")
+        print(
+            f"{'hosts':>5} {'load':>5} {'writes/s':>9} {'x 1 host':>8} {'p50 ms':>7}"
+            f" {'p99 ms':>7} {'acked':>6} {'read back':>9}   CPU ms per call: app  shim  client"
+        )
+        for clients, r in app.items():
+            print(
+                f"{clients:5d} {r['load']:5.2f} {r['writes_per_s']:9.0f}"
+                f" {r['writes_per_s'] / one:8.2f} {r['p50_ms']:7.2f} {r['p99_ms']:7.2f}"
+                f" {r['acknowledged']:6.0f} {r['read_back']:9.0f}"
+                f" {r['app_cpu_ms_per_call']:21.3f} {r['child_cpu_ms_per_call']:5.3f}"
+                f" {r['client_cpu_ms_per_call']:7.3f}"
+            )
+            threads = sorted(
+                ((k.split(":", 1)[1], v) for k, v in r.items() if k.startswith("app_thread")),
+                key=lambda item: -item[1],
+            )
+            print("      app threads, ms/call: " + ", ".join(f"{k} {v:.3f}" for k, v in threads))
+            rounds = ", ".join(f"{x:.3f}" for x in r["rounds_app_cpu_ms_per_call"])
+            print(
+                f"      app less idle {r['app_cpu_less_idle_ms_per_call']:.3f}, of it after the"
+                f" last write {r['app_deferred_ms_per_call']:.3f}; rounds: {rounds}"
+                f" (median {r['median_app_cpu_ms_per_call']:.3f})"
+            )
+
+
 def app_clients(
     work: Path,
     counts: list[int],
     per_client: int,
     profile_dir: Path | None = None,
     profile_gil: bool = False,
-) -> dict[int, dict[str, float]]:
+    trees: dict[str, Path] | None = None,
+    rounds: int = 1,
+    idle_seconds: float = 5.0,
+    tray: bool = False,
+) -> dict[str, dict[int, dict[str, Any]]]:
+    """One app per tree (default: this one), each driven by 1/8/16 hosts in turn; with several
+    trees and rounds the apps take turns (the order reversed every round), so each sees the
+    same machine. Per tree and count: the median round's figures, every round's app CPU."""
     sys.path.insert(0, str(ROOT / "tests" / "app"))
     from app_helpers import control
 
-    data_dir = work / "app"
-    log = (work / "app.log").open("wb")
-    app = subprocess.Popen(
-        [PY, "-m", "convmem_app", "app", "--minimized", "--data-dir", str(data_dir)],
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=log,
-        env=child_env(),
-    )
-    out: dict[int, dict[str, float]] = {}
+    trees = trees or {"this": ROOT}
+    apps: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
+    logs = []
+    out: dict[str, dict[int, dict[str, Any]]] = {name: {} for name in trees}
     try:
-        deadline = time.monotonic() + 60
-        while (control(data_dir, "status") or {}).get("state") != "running":
-            if time.monotonic() > deadline:
-                raise SystemExit("the app did not start")
-            time.sleep(0.05)
-        shim = [PY, "-m", "convmem_app", "shim", "--data-dir", str(data_dir)]
+        for name, tree in trees.items():
+            data_dir = work / f"app-{name}"
+            logs.append((work / f"app-{name}.log").open("wb"))
+            start = ["-c", TRAY_APP] if tray else ["-m", "convmem_app"]
+            apps[name] = (
+                subprocess.Popen(
+                    [PY, *start, "app", "--minimized", "--data-dir", str(data_dir)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=logs[-1],
+                    stderr=logs[-1],
+                    env=child_env(tree),
+                    cwd=tree,
+                ),
+                data_dir,
+            )
+        idle: dict[str, float] = {}
+        window: dict[str, object] = {}
+        for name, (_app, data_dir) in apps.items():
+            deadline = time.monotonic() + 120
+            while (status := control(data_dir, "status") or {}).get("state") != "running":
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"the {name} app did not start")
+                time.sleep(0.05)
+            window[name] = status.get("window_visible")
+        for name, (app, data_dir) in apps.items():
+            # a first round, not counted: the store's first writes, the app's first calls
+            os.environ[TREE_VARIABLE] = str(trees[name])
+            try:
+                shim = [PY, "-m", "convmem_app", "shim", "--data-dir", str(data_dir)]
+                run_clients("convmem", shim, 1, min(per_client, 300), work)
+            finally:
+                os.environ.pop(TREE_VARIABLE, None)
+            idle[name] = idle_cpu_ms_per_s(app.pid, idle_seconds)
         for clients in counts:
-            watches: list[_AppWatch] = []
+            runs: dict[str, list[dict[str, Any]]] = {name: [] for name in apps}
+            for r in range(rounds):
+                order = list(apps) if r % 2 == 0 else list(reversed(apps))
+                for name in order:
+                    app, data_dir = apps[name]
+                    shim = [PY, "-m", "convmem_app", "shim", "--data-dir", str(data_dir)]
+                    watches: list[_AppWatch] = []
 
-            def watch(clients: int = clients, watches: list[_AppWatch] = watches) -> _AppWatch:
-                profile = None
-                if profile_dir is not None:
-                    profile = profile_dir / f"app-{clients}-hosts.txt"
-                watches.append(_AppWatch(app.pid, profile, profile_gil))
-                return watches[-1]
+                    def watch(
+                        pid: int = app.pid,
+                        tag: str = f"{name}-{clients}-hosts-{r}",
+                        watches: list[_AppWatch] = watches,
+                    ) -> _AppWatch:
+                        profile = None
+                        if profile_dir is not None:
+                            profile = profile_dir / f"app-{tag}.txt"
+                        watches.append(_AppWatch(pid, profile, profile_gil))
+                        return watches[-1]
 
-            results = run_clients("convmem", shim, clients, per_client, work, on_go=watch)
-            row = summarise_clients(results)
-            calls = sum(len(r["latencies"]) for r in results)
-            # while the workers wrote (their start and warm-up call are left out)
-            row["app_cpu_ms_per_call"] = watches[0].cpu * 1000 / calls
-            for name, used in watches[0].threads.items():
-                if used > 0:
-                    row[f"app_thread_ms_per_call:{name}"] = used * 1000 / calls
-            row["load"] = float(watches[0].load)
-            row["read_back"] = read_back_convmem(data_dir, results)
-            out[clients] = row
+                    os.environ[TREE_VARIABLE] = str(trees[name])  # the workers' shims
+                    try:
+                        results = run_clients(
+                            "convmem", shim, clients, per_client, work, on_go=watch
+                        )
+                    finally:
+                        os.environ.pop(TREE_VARIABLE, None)
+                    row = summarise_clients(results)
+                    calls = sum(len(r["latencies"]) for r in results)
+                    w = watches[0]
+                    row["app_cpu_ms_per_call"] = w.cpu * 1000 / calls
+                    # the app's idle rate over the same window, taken off
+                    row["app_cpu_less_idle_ms_per_call"] = (
+                        w.cpu * 1000 - idle[name] * w.seconds
+                    ) / calls
+                    row["app_deferred_ms_per_call"] = w.deferred * 1000 / calls
+                    for thread, used in w.threads.items():
+                        if used > 0:
+                            row[f"app_thread_ms_per_call:{thread}"] = used * 1000 / calls
+                    row["load"] = float(w.load)
+                    row["calls"] = calls
+                    row["read_back"] = read_back_convmem(data_dir, results) if r == 0 else -1
+                    runs[name].append(row)
+            for name, rows in runs.items():
+                middle = sorted(rows, key=lambda x: x["app_cpu_ms_per_call"])[len(rows) // 2]
+                out[name][clients] = {
+                    **middle,
+                    "median_app_cpu_ms_per_call": p50([x["app_cpu_ms_per_call"] for x in rows]),
+                    "rounds_app_cpu_ms_per_call": [x["app_cpu_ms_per_call"] for x in rows],
+                    "idle_ms_per_s": idle[name],
+                    "window_visible": window[name],
+                }
     finally:
-        control(data_dir, "quit")
-        app.wait(60)
-        log.close()
+        for _app, data_dir in apps.values():
+            control(data_dir, "quit")
+        for app, _ in apps.values():
+            app.wait(60)
+        for log in logs:
+            log.close()
     return out
 
 
@@ -838,6 +976,23 @@ def main() -> int:
         action="store_true",
         help="profile only the thread holding the GIL (py-spy --gil) instead of --idle",
     )
+    parser.add_argument(
+        "--tree",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="section 4: an app from this ConvMem tree (repeat for an A/B; the apps take turns)",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="section 4: turns per host count")
+    parser.add_argument(
+        "--tray",
+        action="store_true",
+        help="section 4: the app started minimized to a system tray (no window), as at login; "
+        "by default offscreen Qt has no tray and the app shows its window",
+    )
+    parser.add_argument(
+        "--idle-seconds", type=float, default=5.0, help="section 4: idle CPU window per app"
+    )
     args = parser.parse_args()
 
     if args.cold_stores:
@@ -861,26 +1016,22 @@ def main() -> int:
 
         print(f"\n4. convmem app, N hosts through convmem-shim ({args.per_client} writes each)")
         profile_dir = Path(args.profile_app).resolve() if args.profile_app else None
-        app = app_clients(work, counts, args.per_client, profile_dir, args.profile_gil)
-        figures["app"] = app
-        one = app[counts[0]]["writes_per_s"] if counts else float("nan")
-        print(
-            f"{'hosts':>5} {'load':>5} {'writes/s':>9} {'x 1 host':>8} {'p50 ms':>7}"
-            f" {'p99 ms':>7} {'acked':>6} {'read back':>9}   CPU ms per call: app  shim  client"
+        trees = {t.split("=", 1)[0]: Path(t.split("=", 1)[1]).resolve() for t in args.tree}
+        by_tree = app_clients(
+            work,
+            counts,
+            args.per_client,
+            profile_dir,
+            args.profile_gil,
+            trees or None,
+            args.rounds,
+            args.idle_seconds,
+            args.tray,
         )
-        for clients, r in app.items():
-            print(
-                f"{clients:5d} {r['load']:5.2f} {r['writes_per_s']:9.0f}"
-                f" {r['writes_per_s'] / one:8.2f} {r['p50_ms']:7.2f} {r['p99_ms']:7.2f}"
-                f" {r['acknowledged']:6.0f} {r['read_back']:9.0f}"
-                f" {r['app_cpu_ms_per_call']:21.3f} {r['child_cpu_ms_per_call']:5.3f}"
-                f" {r['client_cpu_ms_per_call']:7.3f}"
-            )
-            threads = sorted(
-                ((k.split(":", 1)[1], v) for k, v in r.items() if k.startswith("app_thread")),
-                key=lambda item: -item[1],
-            )
-            print("      app threads, ms/call: " + ", ".join(f"{k} {v:.3f}" for k, v in threads))
+        figures["app"] = next(iter(by_tree.values()))
+        if len(by_tree) > 1:
+            figures["app_trees"] = by_tree
+        print_app(by_tree, counts)
 
         if not args.no_peer and not args.app_only:
             command = install_peer(work)

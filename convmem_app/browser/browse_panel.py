@@ -243,6 +243,23 @@ class BrowsePanel(BrowserPage):
         self.sessions_model.refresh()
         if self.history_model.session_id is not None:
             self.history_model.refresh()
+        edited = self.editor.message
+        if edited is not None:  # changed or deleted meanwhile (say while the window was hidden)
+            self._reload(str(edited["message_id"]))
+
+    def _reload(self, message_id: str) -> None:
+        """Read an open message again: follow its changes, or take it out if it is gone."""
+        service = self._service
+
+        def failed(exc: BaseException) -> None:
+            if isinstance(exc, NotFoundError):
+                self._messages_gone({message_id})
+            else:
+                self.statusMessage.emit(str(exc))
+
+        self._runner.run(
+            lambda _j: fetch_message(service, message_id), self._message_updated, failed
+        )
 
     def delete_targets(self) -> list[Target]:
         targets = []

@@ -5,6 +5,11 @@ last activity) are polled from the runtime's client registry once a second while
 shown. The activity feed lists writes, updates and deletes as they happen, newest first, with
 the client that made them (convmem_engine.runtime.activity); clicking an entry opens the
 message. No content is shown or kept here: ids, kinds, times and names only.
+
+The feed follows the activity log only while the tab is shown (the tab current in a window
+that is shown and not minimized): hosts writing while nobody looks cost the app no GUI work.
+When it is shown again it catches up from the log, which keeps as many entries as the feed
+shows.
 """
 
 from __future__ import annotations
@@ -29,10 +34,10 @@ from PySide6.QtWidgets import (
 
 from convmem_app.browser.host_setup import HostSetup
 from convmem_app.inbox import Inbox
-from convmem_engine.runtime.activity import Activity, ActivityLog
+from convmem_engine.runtime.activity import MAX_ENTRIES, Activity, ActivityLog
 from convmem_engine.runtime.clients import ClientInfo
 
-FEED_MAX: Final = 500
+FEED_MAX: Final = MAX_ENTRIES  # the log keeps what the feed shows: a hidden feed catches up
 _KIND_TEXT: Final = {
     "write": "wrote",
     "update": "updated",
@@ -104,30 +109,61 @@ class HostsPage(QWidget):
         self.timer.setInterval(1000)
         self.timer.timeout.connect(self.refresh_clients)
         # changes come in bursts (an import writes thousands): writer threads hand entries
-        # over in batches, shown together (one GUI wake-up per interval while they keep coming)
-        self._inbox: Inbox[Activity] = Inbox(self._show_entries, self)
-        self._unsubscribe: Callable[[], None] | None = None
-        if activity is not None:
-            for entry in activity.entries():
-                self._add_entry(entry)
-            self._unsubscribe = activity.subscribe(self._inbox.put)
+        # over in batches, shown together (one GUI wake-up per interval while they keep coming).
+        # Each item carries the generation of the subscription that put it: batches still on
+        # their way when the feed stopped following are dropped (the catch-up has them).
+        self._inbox: Inbox[tuple[int, Activity]] = Inbox(self._show_entries, self)
+        self._unfollow: Callable[[], None] | None = None
+        self._generation = 0
+        self._newest: Activity | None = None  # the newest entry in the feed
+        self._stopped = False
         self.refresh_clients()
 
+    @property
+    def following(self) -> bool:
+        """The feed is live (the tab is shown)."""
+        return self._unfollow is not None
+
     def stop(self) -> None:
+        self._stopped = True
         self.timer.stop()
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
+        self._stop_following()
 
     def showEvent(self, event: Any) -> None:
         super().showEvent(event)
         self.refresh_clients()
         self.host_setup.refresh()
         self.timer.start()
+        self._follow()
 
     def hideEvent(self, event: Any) -> None:
         super().hideEvent(event)
         self.timer.stop()
+        self._stop_following()
+
+    def _follow(self) -> None:
+        """Catch up with the log, then follow it live."""
+        if self._unfollow is not None or self._feed_log is None or self._stopped:
+            return
+        self._generation += 1
+        generation, put = self._generation, self._inbox.put
+        entries, self._unfollow = self._feed_log.follow(lambda entry: put((generation, entry)))
+        newest = self._newest
+        start = 0
+        if newest is not None:
+            for i in range(len(entries) - 1, -1, -1):
+                if entries[i] == newest:
+                    start = i + 1
+                    break
+            else:  # what the feed shows has left the log: show the log afresh
+                self.feed.clear()
+        self._add_entries(entries[start:])
+
+    def _stop_following(self) -> None:
+        if self._unfollow is not None:
+            self._unfollow()
+            self._unfollow = None
+            self._generation += 1
 
     def refresh_clients(self) -> None:
         clients = self._clients() if self._clients is not None else []
@@ -148,11 +184,18 @@ class HostsPage(QWidget):
         self.empty_clients.setVisible(not clients)
         self.clientsChanged.emit(clients)
 
-    def _show_entries(self, entries: list[Activity]) -> None:  # GUI thread, from the inbox
+    def _show_entries(self, items: list[tuple[int, Activity]]) -> None:  # GUI thread, inbox
+        generation = self._generation
+        self._add_entries([entry for g, entry in items if g == generation])
+
+    def _add_entries(self, entries: list[Activity]) -> None:
+        if not entries:
+            return
         self.feed.setUpdatesEnabled(False)
         for entry in entries[-FEED_MAX:]:
             self._add_entry(entry)
         self.feed.setUpdatesEnabled(True)
+        self._newest = entries[-1]
 
     def _add_entry(self, entry: Activity) -> None:
         who = entry.client or "this app"

@@ -8,7 +8,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from PySide6.QtCore import QByteArray, QEvent, QSettings, Qt, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence, QShowEvent
+from PySide6.QtGui import (
+    QAction,
+    QCloseEvent,
+    QGuiApplication,
+    QHideEvent,
+    QKeySequence,
+    QShowEvent,
+)
 from PySide6.QtWidgets import (
     QApplication,
     QLabel,
@@ -257,11 +264,6 @@ class MemoryBrowser(QMainWindow):
             self.setPalette(palette)
         self._refresh_icons()
 
-    def changeEvent(self, event: QEvent) -> None:
-        if event.type() == QEvent.Type.PaletteChange:
-            self._refresh_icons()
-        super().changeEvent(event)
-
     def _refresh_icons(self) -> None:
         if not hasattr(self, "toolbar"):
             return
@@ -302,17 +304,48 @@ class MemoryBrowser(QMainWindow):
         s.setValue("browser/tab", current.name if current is not None else "")
         s.sync()
 
-    def showEvent(self, event: QShowEvent) -> None:
-        if not self.bridge.active:  # shown again after a close: catch up and follow live again
+    # The window follows the service's changes only while it is seen: hidden (closed to the
+    # tray) or minimized, it stops (hosts writing then cost the GUI nothing: no change events
+    # carried over, no models refreshed) and catches up when shown again (every page re-reads
+    # what it shows, as F5 does). A window never shown follows from the start.
+
+    @property
+    def following(self) -> bool:
+        """Changes reach the pages live (False while hidden or minimized)."""
+        return self.bridge.active
+
+    def _follow(self) -> None:
+        if not self.bridge.active:
             self.bridge.start()
-            self.refresh()
+            self.refresh()  # catch up with what changed meanwhile
+
+    def _stop_following(self) -> None:
+        self.bridge.stop()
+
+    def showEvent(self, event: QShowEvent) -> None:
+        if not self.isMinimized():
+            self._follow()
         super().showEvent(event)
+
+    def hideEvent(self, event: QHideEvent) -> None:
+        self._stop_following()
+        super().hideEvent(event)
+
+    def changeEvent(self, event: QEvent) -> None:
+        if event.type() == QEvent.Type.PaletteChange:
+            self._refresh_icons()
+        elif event.type() == QEvent.Type.WindowStateChange:
+            if self.isMinimized():
+                self._stop_following()
+            elif self.isVisible():
+                self._follow()
+        super().changeEvent(event)
 
     def closeEvent(self, event: QCloseEvent) -> None:
         """Closing only hides: stop following the service (showing again catches up). Work in
         flight (say a rebuild) finishes in the background; nothing here blocks the GUI."""
         self.save_state()
-        self.bridge.stop()
+        self._stop_following()
         for page in self.pages:
             page.stop()
         self.runner.cancel_all()

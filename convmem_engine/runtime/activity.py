@@ -15,8 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from convmem_engine.runtime.clients import ClientRegistry
 from convmem_engine.service import ChangeEvent, MemoryService
@@ -27,8 +26,10 @@ CURRENT_CLIENT: contextvars.ContextVar[int | None] = contextvars.ContextVar(
 MAX_ENTRIES: Final = 500
 
 
-@dataclass(frozen=True)
-class Activity:
+class Activity(NamedTuple):
+    """One change. A tuple (built for every write on the writing thread: a frozen dataclass
+    cost several times as much to build)."""
+
     at: float  # wall-clock seconds
     kind: str  # write, update, delete, rebuild
     message_id: str | None
@@ -97,7 +98,7 @@ class ActivityLog:
         )
         with self._lock:
             self._entries.append(entry)
-            listeners = list(self._listeners)
+            listeners = self._listeners  # a snapshot: the list is replaced, never changed
         for callback in listeners:
             callback(entry)
 
@@ -107,12 +108,20 @@ class ActivityLog:
 
     def subscribe(self, callback: Callable[[Activity], None]) -> Callable[[], None]:
         """`callback(entry)` on the writing thread after each change; returns unsubscribe."""
+        return self.follow(callback)[1]
+
+    def follow(
+        self, callback: Callable[[Activity], None]
+    ) -> tuple[list[Activity], Callable[[], None]]:
+        """The entries so far and a subscription from there on, in one step: every change is
+        either in the list or passed to `callback` (on the writing thread), never both, never
+        neither. Returns (entries, unsubscribe)."""
         with self._lock:
-            self._listeners.append(callback)
+            self._listeners = [*self._listeners, callback]
+            entries = list(self._entries)
 
         def unsubscribe() -> None:
             with self._lock:
-                if callback in self._listeners:
-                    self._listeners.remove(callback)
+                self._listeners = [cb for cb in self._listeners if cb is not callback]
 
-        return unsubscribe
+        return entries, unsubscribe

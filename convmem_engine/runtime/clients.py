@@ -12,6 +12,7 @@ Nothing here records message content: a request is counted, never kept.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import threading
@@ -75,16 +76,21 @@ def _clean(value: object) -> str:
     return printable[:CLIENT_FIELD_MAX]
 
 
+@functools.cache
+def _client_info_meta_key() -> str:
+    from mcp_types import CLIENT_INFO_META_KEY  # loaded with the SDK by then
+
+    return CLIENT_INFO_META_KEY
+
+
 def _implementation(params: Mapping[str, Any] | None, method: str) -> Mapping[str, Any] | None:
     if not params:
         return None
     if method == "initialize":
         info = params.get("clientInfo")
     else:
-        from mcp_types import CLIENT_INFO_META_KEY  # loaded with the SDK by then
-
         meta = params.get("_meta")
-        info = meta.get(CLIENT_INFO_META_KEY) if isinstance(meta, Mapping) else None
+        info = meta.get(_client_info_meta_key()) if isinstance(meta, Mapping) else None
     return info if isinstance(info, Mapping) else None
 
 

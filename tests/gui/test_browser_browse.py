@@ -7,12 +7,20 @@ import time
 from typing import Any
 
 import pytest
-from gui_helpers import delete_confirmation, history_ids, select_history_rows, select_session, write
+from gui_helpers import (
+    delete_confirmation,
+    history_ids,
+    select_history_rows,
+    select_session,
+    update,
+    write,
+)
 from PySide6.QtCore import QModelIndex, QSettings, Qt, QThread
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QApplication
 
 from convmem_app.browser import theme
+from convmem_app.browser.browse_panel import DETAIL_EDIT
 from convmem_app.browser.history_model import INLINE_CHARS, HistoryModel
 from convmem_app.browser.jobs import JobRunner
 from convmem_app.browser.sessions_model import COL_COUNT, COL_KINDS, SessionsModel
@@ -246,3 +254,51 @@ def test_closed_window_catches_up_when_shown_again(
     assert b.bridge.active
     qtbot.waitUntil(lambda: b.browse.sessions_model.row_of("new-session") >= 0)
     qtbot.waitUntil(lambda: b.browse.history_model.rowCount() == 2)
+
+
+@pytest.mark.parametrize("away", ["hidden", "minimized"])
+def test_a_window_out_of_sight_does_not_follow_and_catches_up_when_shown(
+    qtbot: Any, service: MemoryService, make_browser: Any, away: str
+) -> None:
+    """Hidden (closed to the tray) or minimized, the window takes no change events (hosts
+    writing cost the GUI nothing); shown again it shows what changed meanwhile: new sessions
+    and messages, an open message changed by a host, and one deleted."""
+    first = write(service, "s", "one")
+    write(service, "s", "other")
+    b = make_browser()
+    select_session(qtbot, b, "s")
+    select_history_rows(b, 0)
+    b.browse.detail_tabs.setCurrentIndex(DETAIL_EDIT)
+    qtbot.waitUntil(lambda: b.browse.editor.message is not None)
+    assert b.browse.editor.message["message_id"] == first["message_id"]
+    changes: list[tuple[str, object, object]] = []
+    b.bridge.changed.connect(lambda *args: changes.append(args))
+    if away == "hidden":
+        b.hide()
+    else:
+        b.showMinimized()
+        qtbot.waitUntil(lambda: b.isMinimized())
+    assert not b.following
+    write(service, "s", "two")
+    write(service, "new-session", "three")
+    update(service, first["message_id"], '{"tags": ["while-away"]}')
+    qtbot.wait(300)  # longer than the change bridge's batch interval
+    assert changes == []  # nothing was carried over to the GUI thread
+    assert b.browse.sessions_model.row_of("new-session") < 0
+    b.showNormal()
+    assert b.following
+    qtbot.waitUntil(lambda: b.browse.sessions_model.row_of("new-session") >= 0)
+    qtbot.waitUntil(lambda: b.browse.history_model.rowCount() == 3)
+    qtbot.waitUntil(lambda: b.browse.editor.message["revision"] == 2)
+    assert b.browse.editor.message["metadata"]["tags"] == ["while-away"]
+    # live again
+    write(service, "s", "four")
+    qtbot.waitUntil(lambda: b.browse.history_model.rowCount() == 4)
+    # deleted while away: gone from the history and the editor when shown
+    b.hide()
+    service.delete_message(message_id=first["message_id"])
+    b.show()
+    qtbot.waitUntil(lambda: b.browse.history_model.rowCount() == 3)
+    assert first["message_id"] not in history_ids(b)
+    edited = b.browse.editor.message
+    assert edited is None or edited["message_id"] != first["message_id"]

@@ -232,3 +232,45 @@ def test_hosts_tab_shows_the_activity_and_opens_a_message(
     assert b.browse.current_message() is not None
     p.stop()
     feed.close()
+
+
+def test_the_activity_feed_follows_only_while_shown_and_catches_up(
+    qtbot: Any, service: MemoryService, make_browser: Any, tmp_path: Path
+) -> None:
+    """The feed takes the log's entries only while its tab is shown (in a window shown and not
+    minimized); shown again it catches up from the log: every change once, newest first."""
+    feed = ActivityLog(service)
+    b = make_browser()
+    p = _attach(b, tmp_path, activity=feed, clients=list)
+    hosts = p.hosts_page
+    ids = [write(service, "s", "before the tab was ever shown")["message_id"]]
+    assert not hosts.following and hosts.feed.count() == 0  # another tab is current
+    b.tabs.setCurrentWidget(hosts)
+    assert hosts.following
+
+    def shown() -> list[str]:
+        return [
+            hosts.feed.item(i).data(Qt.ItemDataRole.UserRole)[0] for i in range(hosts.feed.count())
+        ]
+
+    assert shown() == ids  # caught up at once
+    ids.append(write(service, "s", "live")["message_id"])
+    qtbot.waitUntil(lambda: shown() == ids[::-1], timeout=10_000)
+    b.tabs.setCurrentWidget(p.browse_stack)
+    assert not hosts.following
+    ids += [write(service, "t", f"while on another tab {i}")["message_id"] for i in range(3)]
+    b.tabs.setCurrentWidget(hosts)
+    assert shown() == ids[::-1]
+    b.showMinimized()
+    qtbot.waitUntil(lambda: not hosts.following)
+    ids.append(write(service, "t", "while minimized")["message_id"])
+    qtbot.wait(300)  # longer than the inbox's interval: nothing arrives
+    assert shown() == ids[-2::-1]
+    b.showNormal()
+    qtbot.waitUntil(lambda: hosts.following)
+    assert shown() == ids[::-1]
+    qtbot.wait(300)  # and no batch of the earlier subscription shows twice
+    assert shown() == ids[::-1]
+    p.stop()
+    assert not hosts.following
+    feed.close()

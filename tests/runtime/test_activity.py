@@ -82,3 +82,41 @@ def test_a_client_that_says_who_it_is_later_or_leaves_is_named_as_it_was(tmp_pat
     finally:
         feed.close()
         service.close()
+
+
+def test_follow_gives_every_change_once_while_writers_keep_writing(tmp_path: Path) -> None:
+    """`follow` returns the entries so far and subscribes in one step: with eight threads
+    writing meanwhile, every change is in the list or passed to the callback, never both."""
+    import threading
+
+    from convmem_engine.service import MemoryService
+
+    service = MemoryService.open(tmp_path / "data")
+    try:
+        feed = ActivityLog(service)
+        written: list[str] = []
+        lock = threading.Lock()
+
+        def writer(w: int) -> None:
+            for i in range(40):
+                mid = service.write_message(session_id=f"w{w}", role="user", content=f"n{i}")
+                with lock:
+                    written.append(str(mid["message"]["message_id"]))
+
+        threads = [threading.Thread(target=writer, args=(w,)) for w in range(8)]
+        for t in threads:
+            t.start()
+        passed: list[str] = []
+        entries, unfollow = feed.follow(lambda e: passed.append(str(e.message_id)))
+        for t in threads:
+            t.join()
+        unfollow()
+        shown = [str(e.message_id) for e in entries] + passed
+        assert len(shown) == len(set(shown)) == len(written) == 320
+        assert set(shown) == set(written)
+        write_count = len(passed)
+        service.write_message(session_id="after", role="user", content="not followed")
+        assert len(passed) == write_count  # unsubscribed
+        feed.close()
+    finally:
+        service.close()
