@@ -49,6 +49,8 @@ signatures and compressed importance lanes (3: 64-bit signatures, lanes as plain
 # key text bytes; lanes; bytes of the postings section.
 HEADER: Final = struct.Struct("<IIIQIQIQIQIQ")
 _CHUNK: Final = 1 << 23  # postings copied per read: bounds the extra memory while loading
+_WRITE_CHUNK: Final = 1 << 20  # bytes per chunk written: bounds the extra memory while saving
+_ID_BATCH: Final = 1 << 15  # ids per chunk of the id table written
 _ID_WINDOW: Final = 1 << 20  # id table bytes decoded at a time
 _EXACT: Final = 4096  # posting lists of at least this many bytes are loaded without spare room
 _ZEROS: Final = {"I": array("I", [0]), "H": array("H", [0])}
@@ -108,15 +110,38 @@ def _list_bytes(p: PostingList) -> Iterator[bytes]:
         yield _le(p)
 
 
+def _id_texts(ids: list[str | None]) -> Iterator[str]:
+    """The id table's text ("\\n".join of the ids, "" for None) in pieces of _ID_BATCH ids
+    (each but the last ends with its "\\n"), so that saving never holds the whole table
+    twice (its text and its UTF-8: 52 MB at a million documents). ValueError for an id
+    containing a line feed."""
+    n = len(ids)
+    for i in range(0, n, _ID_BATCH):
+        part = ids[i : i + _ID_BATCH]
+        text = "\n".join(mid if mid is not None else "" for mid in part)
+        if text.count("\n") != len(part) - 1:
+            raise ValueError("a message id contains a line feed")
+        yield text + "\n" if i + _ID_BATCH < n else text
+
+
+def _utf8_size(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def _array_bytes(arr: array[int]) -> Iterator[bytes]:
+    """`arr` little-endian, in pieces of at most _WRITE_CHUNK bytes."""
+    step = max(_WRITE_CHUNK // arr.itemsize, 1)
+    for i in range(0, len(arr), step):
+        yield _le(arr[i : i + step])
+
+
 def encode(index: SearchIndex) -> Iterator[bytes]:
     """The index as a stream of chunks. Raises ValueError for an index it cannot write (a
-    message id containing a line feed): the caller then writes nothing."""
+    message id containing a line feed) before the first chunk: the caller then writes
+    nothing. Holds at most about _WRITE_CHUNK bytes of its own beyond the index (and the
+    tables' keys) while streaming: no second copy of the id table or of the posting lists."""
     ids = index._ids
-    id_text = "\n".join(mid if mid is not None else "" for mid in ids)
-    if id_text.count("\n") != max(len(ids) - 1, 0):
-        raise ValueError("a message id contains a line feed")
-    id_bytes = id_text.encode("utf-8", "surrogatepass")
-    del id_text
+    id_size = sum(map(_utf8_size, _id_texts(ids)))  # checks every id before anything is written
     tables: list[tuple[list[str], list[PostingList]]] = []
     for table in (index._post, index._singles, index._sessions):
         items: list[tuple[str, PostingList]] = [(k, p) for k, p in table.items() if p]
@@ -136,7 +161,7 @@ def encode(index: SearchIndex) -> Iterator[bytes]:
         FORMAT,
         len(ids),
         len(index._blk_ts),
-        len(id_bytes),
+        id_size,
         *(
             x
             for (keys, _), (_, text) in zip(tables, encoded, strict=True)
@@ -145,9 +170,9 @@ def encode(index: SearchIndex) -> Iterator[bytes]:
         len(lane_items),
         total,
     )
-    yield id_bytes
-    del id_bytes
-    yield _le(index._sig)
+    for text in _id_texts(ids):
+        yield text.encode("utf-8", "surrogatepass")
+    yield from _array_bytes(index._sig)
     yield index._imp.tobytes()
     yield _le(index._blk_ts)
     yield _le(index._blk_len)
@@ -166,9 +191,15 @@ def encode(index: SearchIndex) -> Iterator[bytes]:
     size = 0
     for p in lists:
         for part in _list_bytes(p):
+            if len(part) >= _WRITE_CHUNK:  # a long list on its own, not copied into a batch
+                if batch:
+                    yield b"".join(batch)
+                    batch, size = [], 0
+                yield part
+                continue
             batch.append(part)
             size += len(part)
-        if size >= _CHUNK:
+        if size >= _WRITE_CHUNK:
             yield b"".join(batch)
             batch, size = [], 0
     if batch:
