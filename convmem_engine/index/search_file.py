@@ -170,8 +170,8 @@ def encode(index: SearchIndex) -> Iterator[bytes]:
         len(lane_items),
         total,
     )
-    for text in _id_texts(ids):
-        yield text.encode("utf-8", "surrogatepass")
+    for piece in _id_texts(ids):
+        yield piece.encode("utf-8", "surrogatepass")
     yield from _array_bytes(index._sig)
     yield index._imp.tobytes()
     yield _le(index._blk_ts)

@@ -27,7 +27,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import accumulate, compress, pairwise, repeat
+from itertools import accumulate, chain, compress, pairwise, repeat
 from operator import add, call, eq, neg
 from typing import Final, TypeAlias
 
@@ -538,7 +538,7 @@ def _grams(msg: Message) -> tuple[set[str], list[str]]:
 
 def _grams_without_bigrams(msg: Message) -> tuple[set[str], list[str]]:
     """`_grams` without the 2-grams (the batch build derives them from the 3-grams: see
-    `_derive_bigrams`), except those starting with START (a text holding that control
+    `_add_container`), except those starting with START (a text holding that control
     character), which the derivation cannot tell from a field-start edge gram."""
     meta = msg.metadata
     texts = [msg.content, meta.summary, *meta.tags] if meta.summary or meta.tags else [msg.content]
@@ -558,36 +558,6 @@ def _grams_without_bigrams(msg: Message) -> tuple[set[str], list[str]]:
         else:
             singles.append(t)
     return grams, singles
-
-
-def _derive_bigrams(local: dict[str, array[int]]) -> None:
-    """Add the 2-gram lists to one container's 3-gram lists (`local`: gram -> ascending low
-    bits), as the union of the lists of the 3-grams they start: every occurrence of a 2-gram is
-    followed by a code point (a 3-gram) or ends its field (the edge gram "last two + END").
-    Field-start edge grams (START + two) are not 2-gram occurrences and are left out; a 2-gram
-    starting with START itself (that control character in a text) is in `local` already."""
-    parts: dict[str, list[array[int]]] = {}
-    for g, lows in local.items():
-        if len(g) == 3 and g[0] != _START:
-            key = g[:2]
-            found = parts.get(key)
-            if found is None:
-                parts[key] = [lows]
-            else:
-                found.append(lows)
-    for key, lists in parts.items():
-        have = local.get(key)
-        if have is not None:
-            lists.append(have)
-        if len(lists) == 1:
-            local[key] = lists[0]
-            continue
-        union = set(lists[0])
-        for lows in lists[1:]:
-            union.update(lows)
-        # Made as array('I') and narrowed in C: an 'I' array takes each int without the
-        # argument parsing an 'H' array does per item.
-        local[key] = narrow(array("I", sorted(union)))
 
 
 Candidates: TypeAlias = "Sequence[int] | Postings"
@@ -655,6 +625,10 @@ def _container_docs(lows: array[int], start: int) -> array[int]:
     if len(lows) < _WIDEN_FROM:
         return array("I", map(start.__add__, lows))
     return widen(lows, start >> 16)
+
+
+_PLACE: Final = array("I")
+"""build(): the place of a gram new to the posting lists, until its first list is appended."""
 
 
 def _new_docs() -> array[int]:
@@ -755,7 +729,11 @@ class SearchIndex:
                 p.append(doc)
 
     def build(
-        self, messages: Iterable[Message], *, cancelled: Callable[[], bool] | None = None
+        self,
+        messages: Iterable[Message],
+        *,
+        cancelled: Callable[[], bool] | None = None,
+        ids: list[str | None] | None = None,
     ) -> bool:
         """Index every message of `messages` into this empty index in one pass: the same index
         as `add` of each in order, for less work. The postings are made one 65,536-document
@@ -764,10 +742,15 @@ class SearchIndex:
         `messages` is read once, in order, and no message is kept (the store's lazy snapshot
         builds each one as it is reached). ValueError (index left empty) for an id given
         twice or a non-empty index. `cancelled` is polled every 4,096 messages: when it says
-        True the build stops and returns False (the index is left empty)."""
+        True the build stops and returns False (the index is left empty). `ids`, when given,
+        is the id of each message in order (e.g. the store's snapshot's own list): it becomes
+        the index's id table instead of a copy (each message's id is checked against it;
+        ValueError when they differ)."""
         if self._ids:
             raise ValueError("build() needs an empty index")
-        ids: list[str | None] = []
+        given = ids is not None
+        if ids is None:
+            ids = []
         imps = array("b")
         sigs = array("I")
         blk_ts = array("q")
@@ -777,9 +760,11 @@ class SearchIndex:
         singles: dict[str, array[int]] = {}
         local: defaultdict[str, array[int]] = defaultdict(_new_lows)
         add_id = ids.append
+        id_at = ids.__getitem__
         add_imp = imps.append
         add_sig = sigs.append
         get_local = local.__getitem__
+        n_ids = len(ids)
         start = 0
         doc = 0
         for doc, msg in enumerate(messages):
@@ -793,7 +778,10 @@ class SearchIndex:
                 low = 0
             if not doc & (_POLL - 1) and cancelled is not None and cancelled():
                 return False
-            add_id(msg.message_id)
+            if not given:
+                add_id(msg.message_id)
+            elif doc >= n_ids or id_at(doc) != msg.message_id:
+                raise ValueError("the ids given are not the messages' ids")
             add_imp(msg.metadata.importance)
             add_sig(_signature(msg))
             sessions[msg.session_id].append(doc)
@@ -821,6 +809,8 @@ class SearchIndex:
         if local:
             self._add_container(post, local, start)
         del local
+        if given and len(imps) != n_ids:
+            raise ValueError("the ids given are not the messages' ids")
         release_free_memory()
         try:
             docs = DocTable(ids)
@@ -876,22 +866,66 @@ class SearchIndex:
         post: dict[str, PostingList], local: dict[str, array[int]], start: int
     ) -> None:
         """build(): append one container's lists (`local`: gram -> low bits of the documents
-        from `start`) to the posting lists, the 2-grams derived first."""
-        _derive_bigrams(local)
+        from `start`, ascending; emptied here) to the posting lists, with the 2-gram lists
+        derived from them: each 2-gram's is the union of the lists of the 3-grams it starts
+        (every occurrence of a 2-gram is followed by a code point, a 3-gram, or ends its
+        field: the edge gram "last two + END"). Field-start edge grams (START + two) are not
+        2-gram occurrences and are left out; a 2-gram starting with START itself (that control
+        character in a text) is in `local` already and joins its union.
+
+        A 2-gram's 3-grams are appended and dropped as soon as its list is made, so the
+        container's lists are never all held with their 2-grams (~5 MiB less at the build's
+        peak at a million messages, and less to keep while `post` grows). The grams new to
+        `post` take their places first, in the order the container's lists (then its new
+        2-grams) have: the index is the same whatever order the lists are appended in."""
         high = start >> 16
-        for g, lows in local.items():
-            p = post.get(g)
-            if p is None:
+        groups: dict[str, list[str]] = {}
+        for g in local:
+            if len(g) == 3 and g[0] != _START:
+                key = g[:2]
+                found = groups.get(key)
+                if found is None:
+                    groups[key] = [g]
+                else:
+                    found.append(g)
+        for g in chain(local, groups):
+            if g not in post:
+                post[g] = _PLACE
+
+        def put(g: str, lows: array[int]) -> None:
+            p = post[g]
+            if p is _PLACE:
                 if len(lows) < BIG:
                     post[g] = _container_docs(lows, start)
-                    continue
+                    return
                 p = post[g] = Postings(array("I", [0]), array("H"), 0)
             elif not isinstance(p, Postings):
                 if len(p) + len(lows) < BIG:
                     p.extend(_container_docs(lows, start))
-                    continue
+                    return
                 p = post[g] = pack(p)
             p.add_container(high, lows)
+
+        pop = local.pop
+        for key, grams in groups.items():
+            lists = [pop(g) for g in grams]
+            for g, lows in zip(grams, lists, strict=True):
+                put(g, lows)
+            have = pop(key, None)
+            if have is not None:
+                lists.append(have)
+            if len(lists) == 1:
+                put(key, lists[0])
+                continue
+            union = set(lists[0])
+            for lows in lists[1:]:
+                union.update(lows)
+            # Made as array('I') and narrowed in C: an 'I' array takes each int without the
+            # argument parsing an 'H' array does per item.
+            put(key, narrow(array("I", sorted(union))))
+        for g, lows in local.items():
+            put(g, lows)
+        local.clear()
 
     def remove(self, msg: Message) -> None:
         """Forget a message given the value previously added; unknown ids are ignored."""

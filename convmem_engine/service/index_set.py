@@ -23,8 +23,8 @@ from __future__ import annotations
 import gc
 import logging
 import threading
-from collections.abc import Callable, Collection, Mapping
-from typing import Final, Literal
+from collections.abc import Callable, Iterator, Mapping
+from typing import Final, Literal, cast
 
 from convmem_engine.domain.errors import InternalError
 from convmem_engine.domain.message import Message
@@ -63,12 +63,17 @@ def _apply_search_change(index: SearchIndex, op: Op, msg: Message, new: Message 
         index.replace(msg, new)
 
 
-def _snapshot_of(messages: Mapping[str, Message]) -> Collection[Message]:
+def _snapshot_of(
+    messages: Mapping[str, Message],
+) -> tuple[list[str | None] | None, Iterator[Message]]:
     """The messages live now, for a build that runs while they change: the store's lazy
-    snapshot (16 bytes per message; each Message is built when the build reaches it)."""
+    snapshot (16 bytes per message; each Message is built when the build reaches it, and
+    the snapshot's values go as it passes them) and its list of their ids (the index keeps
+    it as its id table); (None, the messages) for another mapping."""
     if isinstance(messages, MessagesView):
-        return messages.frozen()
-    return list(messages.values())
+        keys, values = messages.frozen().take()
+        return cast("list[str | None]", keys), values
+    return None, iter(list(messages.values()))
 
 
 def _build_history_and_relations(
@@ -164,8 +169,8 @@ class IndexSet:
         the messages `live` now, then (holding the write lock) the changes queued since, and
         declare the index ready. For a build, the snapshot of the messages (16 bytes each) is
         taken with the write lock held, and the changes queued until then are dropped (they
-        are in it); it is only taken when needed (not when a file loads), and goes as soon as
-        the build has read it (before the build's last, largest, step).
+        are in it); it is only taken when needed (not when a file loads). Its id list becomes
+        the index's id table, and its values go part by part as the build reads them.
 
         `stop` (at close) cuts an index build short: that index is incomplete, so it is marked
         failed (`_search_error`), never searched and never kept on disk (`persistable`). An
@@ -184,11 +189,11 @@ class IndexSet:
                 with self._lock.write():
                     if index is not self.search_index:
                         return  # replaced meanwhile (see below)
-                    source = iter(_snapshot_of(live))  # only the iterator holds the snapshot
+                    ids, source = _snapshot_of(live)  # only the iterator holds the snapshot
                     self._search_pending = []
-                if not index.build(source, cancelled=lambda: self._search_cancel):
+                if not index.build(source, cancelled=lambda: self._search_cancel, ids=ids):
                     error = "search index: build stopped at close"
-                del source
+                del source, ids
         except Exception as e:  # reported by search; rebuild_index recovers
             log.exception("search index build failed")
             error = f"search index: build failed ({type(e).__name__})"

@@ -26,6 +26,7 @@ import struct
 import sys
 from collections.abc import Collection, ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
 from dataclasses import dataclass
+from itertools import chain, islice
 from operator import itemgetter
 from typing import Any, Final
 
@@ -390,8 +391,12 @@ class MessageTable:
 
     def frozen(self) -> FrozenMessages:
         """The messages live now, materialized only when iterated (the table may change
-        meanwhile): 16 bytes per message instead of a Message each."""
-        return FrozenMessages(self, list(self._values.keys()), list(self._values.values()))
+        meanwhile): 16 bytes per message instead of a Message each (the values held in parts
+        of FROZEN_PART, which `FrozenMessages.take` lets go of as they are read)."""
+        values = iter(self._values.values())
+        n = len(self._values)
+        parts = [list(islice(values, FROZEN_PART)) for _ in range(0, n, FROZEN_PART)]
+        return FrozenMessages(self, list(self._values.keys()), parts)
 
     def rows(self) -> Iterator[list[Any]]:
         """The codec's message rows (codec.message_row) of every message, in order."""
@@ -712,21 +717,49 @@ def _values_pattern(n_sessions: int) -> re.Pattern[bytes]:
     return pattern
 
 
+FROZEN_PART: Final = 4096
+"""Values per part of a `FrozenMessages` (32 KiB of references: the C heap reuses a part
+freed by `take`'s reader for what that reader makes next)."""
+
+
+def _drained(parts: list[list[bytes | Message]]) -> Iterator[bytes | Message]:
+    """The values of `parts` in order, each part dropped (from `parts` too) once read."""
+    parts.reverse()
+    while parts:
+        yield from parts.pop()
+
+
 class FrozenMessages(Collection[Message]):
-    """The values of a table at one moment: iterable (any number of times) and sized."""
+    """The values of a table at one moment: iterable (any number of times) and sized, or
+    taken once (`take`) by a reader that lets go of them as it goes."""
 
-    __slots__ = ("_keys", "_table", "_values")
+    __slots__ = ("_keys", "_parts", "_table")
 
-    def __init__(self, table: MessageTable, keys: list[str], values: list[bytes | Message]) -> None:
+    def __init__(
+        self, table: MessageTable, keys: list[str], parts: list[list[bytes | Message]]
+    ) -> None:
         self._table = table
         self._keys = keys
-        self._values = values
+        self._parts = parts  # the values, FROZEN_PART at a time
 
     def __len__(self) -> int:
         return len(self._keys)
 
     def __iter__(self) -> Iterator[Message]:
-        return self._table.materialize(zip(self._keys, self._values, strict=True))
+        values = chain.from_iterable(self._parts)
+        return self._table.materialize(zip(self._keys, values, strict=True))
+
+    def take(self) -> tuple[list[str], Iterator[Message]]:
+        """The message ids in order (a list the caller may keep, e.g. as a search index's id
+        table, instead of a copy) and the messages, built as the iterator reaches them; each
+        part of the snapshot's values goes once the iterator has passed it (a build that
+        reads a million messages holds ~8 MiB less by its end). The snapshot is empty after.
+        """
+        keys = self._keys
+        parts = self._parts
+        self._keys = []
+        self._parts = []
+        return keys, self._table.materialize(zip(keys, _drained(parts), strict=True))
 
     def __contains__(self, item: object) -> bool:
         return any(m == item for m in self)

@@ -1024,6 +1024,23 @@ def test_build_can_be_cancelled_and_refuses_duplicates_or_a_used_index() -> None
         used.build(messages[1:])
 
 
+def test_build_keeps_the_given_ids_as_its_id_table_and_checks_them() -> None:
+    # The service passes the store snapshot's own id list (no copy of a million references).
+    messages = dense_corpus(9000, 13)
+    plain = SearchIndex()
+    assert plain.build(messages)
+    given = [m.message_id for m in messages]
+    built = SearchIndex()
+    assert built.build(iter(messages), ids=given)  # type: ignore[arg-type]
+    assert built._ids is given
+    assert index_state(built) == index_state(plain)
+    wrong = [m.message_id for m in messages]
+    wrong[4321] = messages[4322].message_id
+    for bad in (wrong, given[:-1], [*given, "extra"]):
+        with pytest.raises(ValueError):
+            SearchIndex().build(messages, ids=list(bad))  # type: ignore[arg-type]
+
+
 @pytest.mark.slow
 def test_build_over_several_containers_equals_adding() -> None:
     # More than 65,536 documents: every list spans two containers.

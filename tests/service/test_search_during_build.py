@@ -41,10 +41,14 @@ class GatedSearchIndex(SearchIndex):
             raise TimeoutError("test gate never opened")
 
     def build(
-        self, messages: Iterable[Message], *, cancelled: Callable[[], bool] | None = None
+        self,
+        messages: Iterable[Message],
+        *,
+        cancelled: Callable[[], bool] | None = None,
+        ids: list[str | None] | None = None,
     ) -> bool:
         self._wait()
-        return super().build(messages, cancelled=cancelled)
+        return super().build(messages, cancelled=cancelled, ids=ids)
 
     def add(self, msg: Message) -> None:
         self._wait()
@@ -176,7 +180,7 @@ def test_changes_at_any_point_of_the_build_end_in_the_exact_index(
     compactions: list[bool] = []
 
     def held_build(
-        self: SearchIndex, messages: Iterable[Message], *, cancelled: Any = None
+        self: SearchIndex, messages: Iterable[Message], *, cancelled: Any = None, ids: Any = None
     ) -> bool:
         def pause() -> None:
             reached.set()
@@ -192,7 +196,7 @@ def test_changes_at_any_point_of_the_build_end_in_the_exact_index(
             if n <= pause_at:
                 pause()
 
-        return real_build(self, paced(), cancelled=cancelled)
+        return real_build(self, paced(), cancelled=cancelled, ids=ids)
 
     with monkeypatch.context() as patch:
         patch.setattr(SearchIndex, "build", held_build)

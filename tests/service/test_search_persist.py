@@ -404,10 +404,10 @@ def test_a_close_during_the_background_build_never_keeps_a_wrong_index_file(
         return real_load(self)
 
     def held_build(
-        self: SearchIndex, messages: Iterable[Message], *, cancelled: Any = None
+        self: SearchIndex, messages: Iterable[Message], *, cancelled: Any = None, ids: Any = None
     ) -> bool:
         assert closing.wait(timeout=120)
-        return real_build(self, messages, cancelled=cancelled)
+        return real_build(self, messages, cancelled=cancelled, ids=ids)
 
     with monkeypatch.context() as patch:
         patch.setattr(IndexSet, "stop", stop)

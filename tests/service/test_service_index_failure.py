@@ -43,10 +43,14 @@ class FailingSearchIndex(SearchIndex):
         super().add(msg)
 
     def build(
-        self, messages: Iterable[Message], *, cancelled: Callable[[], bool] | None = None
+        self,
+        messages: Iterable[Message],
+        *,
+        cancelled: Callable[[], bool] | None = None,
+        ids: list[str | None] | None = None,
     ) -> bool:
         self.faults.hit()
-        return super().build(messages, cancelled=cancelled)
+        return super().build(messages, cancelled=cancelled, ids=ids)
 
     def remove(self, msg: Message) -> None:
         self.faults.hit()

@@ -64,6 +64,9 @@ def test_every_shape_comes_back_equal_and_counted() -> None:
     frozen = table.frozen()
     table.set(Message("01JU", "s1", 5, "assistant", "edited again", 4, 100, DEFAULT_METADATA))
     assert list(frozen) == msgs and len(frozen) == len(msgs)  # the moment it was taken
+    keys, taken = frozen.take()  # once, the snapshot's parts dropped as they are read
+    assert keys == [m.message_id for m in msgs] and list(taken) == msgs
+    assert len(frozen) == 0 and list(frozen) == []
     counted = table.memory()
     assert counted == table.recount()
     assert counted.body_bytes >= 5 << 20
@@ -236,3 +239,20 @@ def test_compaction_drops_deleted_messages_session_ids(tmp_path: Path) -> None:
             "session-of-the-deleted",
         ]
         assert s.check() == []
+
+
+def test_a_taken_snapshot_lets_go_of_each_part_once_read() -> None:
+    parts: list[list[bytes | Message]] = [[b"a", b"b"], [b"c"], [b"d", b"e"]]
+    values = packed._drained(parts)
+    assert [next(values), next(values), next(values)] == [b"a", b"b", b"c"]
+    assert parts == [[b"d", b"e"]]  # the parts read are gone
+    assert list(values) == [b"d", b"e"] and parts == []
+    table = packed.MessageTable()
+    msgs = [
+        Message(f"01J{i:05d}", f"s{i % 7}", i, "user", f"text {i}", 1, i, DEFAULT_METADATA)
+        for i in range(2 * packed.FROZEN_PART + 5)
+    ]
+    for m in msgs:
+        table.set(m)
+    keys, taken = table.frozen().take()
+    assert keys == [m.message_id for m in msgs] and list(taken) == msgs
