@@ -748,7 +748,7 @@ class StdioFront:
         the reader thread stops after the chunk it may be waiting for and the loop reads the
         rest itself: no thread hand-off per request. Else the thread goes on reading."""
         self.stop_answering()
-        loop_reads = LoopReader.usable(loop, self.in_fd)
+        loop_reads = LoopReader.usable(loop, self.in_fd, (self.out_fd, 1, 2))
         stream = HandedStream(self._slots, loop, self.in_fd if loop_reads else None)
         with self._cond:
             if self._state == "failed":
@@ -911,16 +911,22 @@ class LoopReader:
         self._watch()
 
     @staticmethod
-    def usable(loop: asyncio.AbstractEventLoop, fd: int) -> bool:
+    def usable(loop: asyncio.AbstractEventLoop, fd: int, others: tuple[int, ...] = ()) -> bool:
         """Whether `loop` can watch `fd`: a pipe or a socket, on POSIX (a console's mode is
-        shared with the shell; Windows' loops watch sockets only)."""
+        shared with the shell; Windows' loops watch sockets only), that none of `others` (our
+        stdout and stderr) refers to: non-blocking mode belongs to the open file, so a socket
+        that is stdin and stdout at once would make the answers' writes non-blocking too."""
         if os.name != "posix" or not hasattr(loop, "add_reader"):
             return False
         try:
-            mode = os.fstat(fd).st_mode
+            info = os.fstat(fd)
+            if not (stat.S_ISFIFO(info.st_mode) or stat.S_ISSOCK(info.st_mode)):
+                return False
+            for other in others:
+                with contextlib.suppress(OSError):  # (a closed descriptor shares nothing)
+                    if os.path.samestat(info, os.fstat(other)):
+                        return False
         except OSError:
-            return False
-        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
             return False
         try:  # (a loop may lack readers: asyncio's proactor, some third-party loops)
             loop.add_reader(fd, _nothing)

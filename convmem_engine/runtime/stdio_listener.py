@@ -184,7 +184,7 @@ class StdioListener:
             if self.front is not None:
                 self._pump = self.front.handover(loop)
                 send = self.front.wrap_send(send)
-            elif LoopReader.usable(loop, self.in_fd):
+            elif LoopReader.usable(loop, self.in_fd, (self.out_fd, 1, 2)):
                 self._pump = LoopReader(loop, self.in_fd)
             else:
                 pump = _StdinPump(loop, self.in_fd)

@@ -384,7 +384,7 @@ def _reading_by(reader: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from convmem_engine.runtime.front import LoopReader
 
     if reader == "thread":
-        monkeypatch.setattr(LoopReader, "usable", staticmethod(lambda loop, fd: False))
+        monkeypatch.setattr(LoopReader, "usable", staticmethod(lambda *args: False))
 
 
 @pytest.mark.parametrize("reader", READERS)
@@ -482,10 +482,11 @@ def test_bytes_sent_after_the_hand_over_follow_in_order(
         os.close(fd)
 
 
-@pytest.mark.parametrize("stdin", ["file", "socket", "pipe"])
+@pytest.mark.parametrize("stdin", ["file", "socket", "pipe", "socket in and out"])
 def test_serve_reads_requests_from_a_file_a_socket_or_a_pipe(tmp_path: Path, stdin: str) -> None:
-    """`convmem serve` answers the same whatever stdin is: a regular file (read by a thread),
-    a socket or a pipe (read on the loop), every request once and in order, up to EOF."""
+    """`convmem serve` answers the same whatever stdin is: a regular file or a socket that is
+    stdout too (read by a thread), a socket or a pipe (read on the loop), every request once
+    and in order, up to EOF."""
     import socket
 
     requests = initialize() + b"\n" + b"".join(_health_call(i) + b"\n" for i in range(2, 40))
@@ -508,6 +509,20 @@ def test_serve_reads_requests_from_a_file_a_socket_or_a_pipe(tmp_path: Path, std
             ours.shutdown(socket.SHUT_WR)
             out, err = child.communicate(timeout=120)
         proc = subprocess.CompletedProcess(args, child.returncode, out, err)
+    elif stdin == "socket in and out":
+        ours, theirs = socket.socketpair()
+        with ours, theirs:
+            child = subprocess.Popen(
+                args, stdin=theirs, stdout=theirs, stderr=subprocess.PIPE, env=child_env()
+            )
+            theirs.close()
+            ours.sendall(requests)
+            ours.shutdown(socket.SHUT_WR)
+            received = b""
+            while chunk := ours.recv(65536):
+                received += chunk
+            err = child.communicate(timeout=120)[1]
+        proc = subprocess.CompletedProcess(args, child.returncode, received, err)
     else:
         proc = subprocess.run(
             args, input=requests, capture_output=True, env=child_env(), timeout=120

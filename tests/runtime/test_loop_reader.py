@@ -3,7 +3,8 @@
 It reads at most `READ_AHEAD_CHUNKS` chunks ahead of the session (a host that writes faster
 than the session reads blocks on a full pipe), gives back every byte once and in order, ends
 with EOF for good, and leaves the descriptor in the mode it found it; `close()` ends a read in
-progress with EOF. Where the loop cannot watch a descriptor (a regular file), `usable` says so.
+progress with EOF. Where the loop cannot watch a descriptor (a regular file), or where another
+descriptor of ours (stdout, stderr) is the same open file, `usable` says so.
 """
 
 from __future__ import annotations
@@ -73,5 +74,18 @@ def test_only_pipes_and_sockets_are_read_on_the_loop() -> None:
             )
 
         assert asyncio.run(check()) == (True, True, False)
+
+        async def shared() -> tuple[bool, bool]:
+            loop = asyncio.get_running_loop()
+            also_out = os.dup(theirs.fileno())  # one socket as stdin and stdout: not on the loop
+            try:
+                return (
+                    LoopReader.usable(loop, theirs.fileno(), (also_out, in_write)),
+                    LoopReader.usable(loop, theirs.fileno(), (ours.fileno(), in_write)),
+                )
+            finally:
+                os.close(also_out)
+
+        assert asyncio.run(shared()) == (False, True)
     for fd in (in_read, in_write):
         os.close(fd)

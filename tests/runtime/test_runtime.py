@@ -281,7 +281,7 @@ def test_stdio_listener_over_real_pipes(
     from convmem_engine.runtime.front import LoopReader
 
     if reader == "thread":
-        monkeypatch.setattr(LoopReader, "usable", staticmethod(lambda loop, fd: False))
+        monkeypatch.setattr(LoopReader, "usable", staticmethod(lambda *args: False))
     runtime.open()
     in_read, in_write = os.pipe()
     out_read, out_write = os.pipe()
