@@ -3,10 +3,11 @@ metadata editor, context and relations), kept live as hosts write."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from PySide6.QtCore import (
     QByteArray,
+    QElapsedTimer,
     QItemSelectionModel,
     QModelIndex,
     QSettings,
@@ -44,6 +45,10 @@ from convmem_app.browser.sessions_model import (
 from convmem_engine.domain import NotFoundError
 
 DETAIL_MESSAGE, DETAIL_EDIT, DETAIL_CONTEXT = range(3)
+SESSIONS_SOON_MS: Final = 250
+"""The session list shows a change that comes alone this soon."""
+SESSIONS_EVERY_MS: Final = 1000
+"""While hosts keep writing, the session list re-reads its rows at most this often."""
 
 
 def setup_table(view: QTableView, mode: QAbstractItemView.SelectionMode) -> None:
@@ -72,7 +77,12 @@ class BrowsePanel(BrowserPage):
         self._gone: set[str] = set()  # deleted message ids not yet taken out of the views
         self._build()
         self._wire()
-        self._sessions_timer = self._single_shot(250, self.sessions_model.refresh)
+        # the session list re-reads its rows SESSIONS_SOON_MS after a change that comes alone,
+        # and at most once per SESSIONS_EVERY_MS while hosts keep writing (each re-read is a
+        # store read and a merge on the GUI thread: docs/benchmarks.md, "The app's CPU per
+        # write")
+        self._sessions_timer = self._single_shot(SESSIONS_SOON_MS, self._refresh_sessions)
+        self._sessions_read = QElapsedTimer()  # since the last re-read (invalid: never)
         self._select_timer = self._single_shot(120, self._apply_session_selection)
         # a multi-delete's events come in bursts: take their messages out of the views together
         self._gone_timer = self._single_shot(0, self._flush_gone)
@@ -297,7 +307,13 @@ class BrowsePanel(BrowserPage):
             self.update_labels()
         # throttled, not debounced: a steady stream of writes still refreshes every interval
         if not self._sessions_timer.isActive():
-            self._sessions_timer.start()
+            since = self._sessions_read.elapsed() if self._sessions_read.isValid() else None
+            wait = SESSIONS_SOON_MS if since is None else SESSIONS_EVERY_MS - since
+            self._sessions_timer.start(max(SESSIONS_SOON_MS, wait))
+
+    def _refresh_sessions(self) -> None:
+        self._sessions_read.start()
+        self.sessions_model.refresh()
 
     def restore_state(self, settings: QSettings) -> None:
         for key, splitter in (
