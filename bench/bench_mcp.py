@@ -808,6 +808,7 @@ def app_clients(
                 out[name][clients] = {
                     **middle,
                     "median_app_cpu_ms_per_call": p50([x["app_cpu_ms_per_call"] for x in rows]),
+                    "read_back": rows[0]["read_back"],  # counted in the first round only
                     "rounds_app_cpu_ms_per_call": [x["app_cpu_ms_per_call"] for x in rows],
                     "idle_ms_per_s": idle[name],
                     "window_visible": window[name],
