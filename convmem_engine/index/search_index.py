@@ -87,6 +87,9 @@ _BLOCK: Final = 1 << _BLOCK_SHIFT
 _CONTAINER: Final = 1 << 16  # build(): documents per container (postings.py)
 _WIDEN_FROM: Final = 32  # build(): a container's list this long is widened in C (postings.widen)
 _POLL: Final = 4096  # build(): messages between two polls of `cancelled`
+_TRIM_BYTES: Final = 8 << 20  # build(): heap trimmed in a container each time about this much
+# was let go of (the big 3-gram lists and 2-gram unions come first: freed pages are returned
+# while the posting lists grow, instead of lying in the heap until the container's end)
 _LANE_PASSES: Final = 8  # build(): importance lanes made by one pass each, up to this many
 _ARRAY_GROWS: Final = BITMAP - 1  # add(): a container this much shorter stays an array
 _START: Final = "\x02"  # edge-gram markers: field start / field end
@@ -604,18 +607,32 @@ def _lanes_of(imps: array[int]) -> dict[int, PostingList]:
     """Importance -> its documents, ascending, for `imps` (document -> importance): one pass
     in C per level when there are few (no list of a million ints to sort), else one loop.
     A lane of `BIG` documents or more is compressed, like a gram's list (a lane of every
-    document: 128 KiB of bitmaps at a million instead of 3.8 MiB)."""
+    document: 128 KiB of bitmaps at a million instead of 3.8 MiB), and made a container at
+    a time (`_packed_lane`): never as a plain list of its million documents first."""
     levels = sorted(set(imps))
     if len(levels) <= _LANE_PASSES:
-        lanes = {
-            level: array("I", compress(range(len(imps)), map(eq, imps, repeat(level))))
+        return {
+            level: _packed_lane(imps, level)
+            if imps.count(level) >= BIG
+            else array("I", compress(range(len(imps)), map(eq, imps, repeat(level))))
             for level in levels
         }
-    else:
-        lanes = {level: array("I") for level in levels}
-        for doc, level in enumerate(imps):
-            lanes[level].append(doc)
+    lanes = {level: array("I") for level in levels}
+    for doc, level in enumerate(imps):
+        lanes[level].append(doc)
     return {level: pack(lane) if len(lane) >= BIG else lane for level, lane in lanes.items()}
+
+
+def _packed_lane(imps: array[int], level: int) -> Postings:
+    """The documents of importance `level` as a `Postings`, the same as `pack` of their plain
+    list: each container's low bits found in C from its slice of `imps`."""
+    out = Postings(array("I", [0]), array("H"), 0)
+    for high, at in enumerate(range(0, len(imps), _CONTAINER)):
+        part = imps[at : at + _CONTAINER]
+        lows = narrow(array("I", compress(range(len(part)), map(eq, part, repeat(level)))))
+        if lows:
+            out.add_container(high, lows)
+    return out
 
 
 def _container_docs(lows: array[int], start: int) -> array[int]:
@@ -907,8 +924,13 @@ class SearchIndex:
             p.add_container(high, lows)
 
         pop = local.pop
+        freed = 0  # about how many bytes the groups done since the last heap trim let go of
         for key, grams in groups.items():
+            if freed >= _TRIM_BYTES:
+                release_free_memory()
+                freed = 0
             lists = [pop(g) for g in grams]
+            freed += 2 * sum(map(len, lists))
             for g, lows in zip(grams, lists, strict=True):
                 put(g, lows)
             have = pop(key, None)
@@ -920,6 +942,7 @@ class SearchIndex:
             union = set(lists[0])
             for lows in lists[1:]:
                 union.update(lows)
+            freed += 64 * len(union)  # the set's table and its ints
             # Made as array('I') and narrowed in C: an 'I' array takes each int without the
             # argument parsing an 'H' array does per item.
             put(key, narrow(array("I", sorted(union))))
