@@ -92,6 +92,7 @@ _TRIM_BYTES: Final = 8 << 20  # build(): heap trimmed in a container each time a
 # while the posting lists grow, instead of lying in the heap until the container's end)
 _LANE_PASSES: Final = 8  # build(): importance lanes made by one pass each, up to this many
 _ARRAY_GROWS: Final = BITMAP - 1  # add(): a container this much shorter stays an array
+_LOW: Final = 0xFFFF  # the low bits of a document number (its place in its container)
 _START: Final = "\x02"  # edge-gram markers: field start / field end
 _END: Final = "\x03"
 _WORD: Final = "\x01"  # word-boundary gram marker (see `_word_grams`)
@@ -688,23 +689,7 @@ class SearchIndex:
         """Index a message that is not indexed yet (ValueError if its id is)."""
         if msg.message_id in self._docs:
             raise ValueError("message_id is already indexed; use replace()")
-        doc = len(self._ids)
-        self._ids.append(msg.message_id)
-        self._docs.add(msg.message_id, doc)
-        self._sig.append(_signature(msg))
-        imp = msg.metadata.importance
-        self._imp.append(imp)
-        lane = self._lanes.get(imp)
-        if lane is None:
-            lane = self._lanes[imp] = array("I")
-        lane.append(doc)
-        if len(lane) == BIG and type(lane) is array:
-            self._lanes[imp] = pack(lane)
-        sess = self._sessions.get(msg.session_id)
-        if sess is None:
-            sess = self._sessions[msg.session_id] = array("I")
-        sess.append(doc)
-        self._raise_bounds(doc, msg)
+        doc = self._add_document(msg)
         grams, singles = _grams(msg)
         post = self._post
         high = doc >> 16
@@ -744,6 +729,114 @@ class SearchIndex:
                 p = self._singles[ch] = array("I")
             if not p or p[-1] != doc:
                 p.append(doc)
+
+    def add_many(self, messages: Sequence[Message]) -> None:
+        """Index `messages` (none indexed yet, no id twice; else ValueError and nothing
+        changed): exactly the index `add` of each in order gives (the same tables, lists and
+        layouts: tests/index/test_search_batch.py), for less work. The grams of the whole
+        batch are grouped first (C-speed appends to one list per gram), then each posting list
+        takes its new documents at once: one dict look-up and one extend per gram and batch
+        instead of one per gram and message. A list whose layout would change on the way (a
+        plain list reaching `BIG`, a container changing kind or a new container) takes them
+        one by one through the very steps `add` uses. The service applies its queued writes
+        with this (service/index_set.py)."""
+        docs = self._docs
+        seen: set[str] = set()
+        for msg in messages:
+            mid = msg.message_id
+            if mid in docs or mid in seen:
+                raise ValueError("message_id is already indexed; use replace()")
+            seen.add(mid)
+        local: defaultdict[str, list[int]] = defaultdict(list)
+        get_local = local.__getitem__
+        for msg in messages:
+            doc = self._add_document(msg)
+            grams, singles = _grams(msg)
+            deque(map(list.append, map(get_local, grams), repeat(doc)), maxlen=0)
+            for ch in singles:
+                sp = self._singles.get(ch)
+                if sp is None:
+                    sp = self._singles[ch] = array("I")
+                if not sp or sp[-1] != doc:
+                    sp.append(doc)
+        post = self._post
+        for g, new in local.items():
+            m = len(new)
+            p = post.get(g)
+            if p is None:
+                if m < BIG:
+                    post[g] = array("I", new)
+                    if len(g) == 2:
+                        self._register_bigram(g)
+                    continue
+                post[g] = p = array("I", new[:1])
+                if len(g) == 2:
+                    self._register_bigram(g)
+                new = new[1:]
+            elif isinstance(p, Postings):
+                at = p.at
+                if len(at) - 2 == new[-1] >> 16 == new[0] >> 16:  # all in the last container
+                    end = at[-1]
+                    width = end - at[-2]
+                    # `Postings.append`'s cases for every document: an array container that
+                    # stays one (each append sees a width below _ARRAY_GROWS, or between
+                    # BITMAP and DENSE - 1), or a bitmap that stays one.
+                    if width + m <= _ARRAY_GROWS or (width > BITMAP and width + m < DENSE):
+                        p.data.extend(map(_LOW.__and__, new))
+                        at[-1] = end + m
+                        p.n += m
+                        continue
+                    if width == BITMAP and p.cards[-1] >= DENSE:
+                        data = p.data
+                        s = at[-2]
+                        for doc in new:
+                            low = doc & _LOW
+                            data[s + (low >> 4)] |= 1 << (low & 15)
+                        p.cards[-1] += m
+                        p.n += m
+                        continue
+            elif len(p) + m < BIG:
+                p.extend(new)
+                continue
+            for doc in new:  # the layout changes on the way: `add`'s steps, one by one
+                self._append_gram(g, doc)
+
+    def _add_document(self, msg: Message) -> int:
+        """`add`'s part before the grams: the new document's number, id, signature,
+        importance lane, session list and block bounds."""
+        doc = len(self._ids)
+        self._ids.append(msg.message_id)
+        self._docs.add(msg.message_id, doc)
+        self._sig.append(_signature(msg))
+        imp = msg.metadata.importance
+        self._imp.append(imp)
+        lane = self._lanes.get(imp)
+        if lane is None:
+            lane = self._lanes[imp] = array("I")
+        lane.append(doc)
+        if len(lane) == BIG and type(lane) is array:
+            self._lanes[imp] = pack(lane)
+        sess = self._sessions.get(msg.session_id)
+        if sess is None:
+            sess = self._sessions[msg.session_id] = array("I")
+        sess.append(doc)
+        self._raise_bounds(doc, msg)
+        return doc
+
+    def _append_gram(self, g: str, doc: int) -> None:
+        """`add`'s step for one gram of a new document (after every document `g` holds)."""
+        post = self._post
+        p = post.get(g)
+        if p is None:
+            post[g] = array("I", [doc])
+            if len(g) == 2:
+                self._register_bigram(g)
+        elif isinstance(p, Postings):
+            p.append(doc)
+        else:
+            p.append(doc)
+            if len(p) >= BIG:
+                post[g] = pack(p)
 
     def build(
         self,

@@ -23,6 +23,7 @@ from __future__ import annotations
 import gc
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Final, Literal, cast
 
@@ -37,6 +38,17 @@ from convmem_engine.storage.packed import MessagesView
 
 BACKGROUND_SEARCH_FROM: Final = 20_000
 """Stores with at least this many live messages build their search index in the background."""
+FLUSH_DELAY: Final = 0.010
+"""Seconds a queued search-index change waits for the background flush (more changes join it
+meanwhile: one batch). docs/benchmarks.md, "Search-index updates off the write path"."""
+FLUSH_BOUND: Final = 64
+"""Queued changes that start the background flush at once."""
+FLUSH_CHUNK: Final = 32
+"""Changes the background flush applies per hold of the read lock (a writer waits for one
+chunk at most, then the flush lets it in)."""
+FLUSH_LIMIT: Final = 4096
+"""Queued changes at which the writer applies them itself (while the background flush cannot
+get in, e.g. a stream of writers): the queue's memory stays bounded."""
 
 log = logging.getLogger(__name__)
 
@@ -52,15 +64,33 @@ def _freeze_heap() -> None:
     gc.freeze()
 
 
-def _apply_search_change(index: SearchIndex, op: Op, msg: Message, new: Message | None) -> None:
-    """Apply one change ("add", "remove" or "replace" `msg` by `new`) to a search index."""
-    if op == "add":
-        index.add(msg)
-    elif op == "remove":
-        index.remove(msg)
-    else:
-        assert new is not None
-        index.replace(msg, new)
+Change = tuple[Op, Message, Message | None]
+_WHAT: Final[dict[Op, str]] = {"add": "a write", "remove": "a delete", "replace": "an update"}
+
+
+def _apply_search_changes(index: SearchIndex, changes: list[Change]) -> None:
+    """Apply `changes` ("add", "remove" or "replace" `msg` by `new`) to a search index, in
+    order: each run of adds as one batch (`SearchIndex.add_many`), the others one by one."""
+    i = 0
+    n = len(changes)
+    while i < n:
+        op, msg, new = changes[i]
+        if op == "add":
+            j = i + 1
+            while j < n and changes[j][0] == "add":
+                j += 1
+            if j - i == 1:
+                index.add(msg)
+            else:
+                index.add_many([c[1] for c in changes[i:j]])
+            i = j
+            continue
+        if op == "remove":
+            index.remove(msg)
+        else:
+            assert new is not None
+            index.replace(msg, new)
+        i += 1
 
 
 def _snapshot_of(
@@ -102,20 +132,34 @@ class IndexSet:
         background_search_from: int = BACKGROUND_SEARCH_FROM,
         search_index_factory: Callable[[], SearchIndex] = SearchIndex,
         search_gate: threading.Event | None = None,
+        live: Callable[[], Mapping[str, Message]] | None = None,
+        flush_delay: float = FLUSH_DELAY,
+        flush_bound: int = FLUSH_BOUND,
     ) -> None:
         """Empty indexes; `build` fills them. `search_index_factory` makes each new, empty
         search index (a seam for tests: a subclass can inject a failure). With `search_gate`
         a background search build starts only once the event is set (`wait_for_search` and
-        `stop` set it)."""
+        `stop` set it). `live()` gives the store's live messages (the search index is rebuilt
+        from them when applying queued changes fails). `flush_delay` (seconds) and
+        `flush_bound` (changes): when the background flush applies the queued changes."""
         self._lock = lock
+        self._live = live
+        self._flush_delay = flush_delay
+        self._flush_bound = flush_bound
+        # The search-index changes not applied yet (`flush`), in order. Appended to by writers
+        # (write lock held); applied holding the lock (either mode) and `_flush_mutex`.
+        self._search_pending: list[Change] = []
+        self._flush_mutex = threading.Lock()
+        self._flush_kick = threading.Event()  # a first change is queued
+        self._flush_full = threading.Event()  # flush_bound changes are queued
+        self._flusher: threading.Thread | None = None
+        self._stopping = False
         self._search_gate = search_gate
         self.history = HistoryIndex()
         self.relations = RelationIndex()
         self._new_search_index = search_index_factory
         self.search_index = search_index_factory()
         self._search_ready = threading.Event()
-        # Changes made while the search index builds in the background, applied when it is.
-        self._search_pending: list[tuple[Op, Message, Message | None]] | None = None
         self._search_error = ""
         self._search_thread: threading.Thread | None = None
         self._search_cancel = False
@@ -138,9 +182,9 @@ class IndexSet:
         _build_history_and_relations(self.history, self.relations, messages)
         self.search_index = self._new_search_index()
         self._search_error = ""
+        self._search_pending = []  # every change queued so far is in `messages`
         if background and len(messages) >= self._background_search_from:
             self._search_ready.clear()
-            self._search_pending = []
             self._search_thread = threading.Thread(
                 target=self._build_search,
                 args=(self.search_index, messages, saved),
@@ -154,7 +198,6 @@ class IndexSet:
                 self.search_index = loaded
             else:
                 self.search_index.build(messages.values())
-            self._search_pending = None
             self._search_ready.set()
             if len(messages) >= BACKGROUND_SEARCH_FROM:
                 _freeze_heap()
@@ -204,12 +247,11 @@ class IndexSet:
                 return
             if loaded is not None:
                 index = self.search_index = loaded
-            pending = self._search_pending or []
-            self._search_pending = None
+            pending = self._search_pending
+            self._search_pending = []
             if not error:
                 try:
-                    for op, msg, new in pending:
-                        _apply_search_change(index, op, msg, new)
+                    _apply_search_changes(index, pending)
                 except Exception as e:  # never leave searches waiting for a ready index
                     log.error("search index: applying queued changes failed: %s", type(e).__name__)
                     error = f"search index: build failed ({type(e).__name__})"
@@ -228,21 +270,37 @@ class IndexSet:
         return self._search_ready.wait(timeout)
 
     def stop(self) -> None:
-        """Stop a background build and wait for its thread (without holding the lock)."""
+        """Stop a background build and the background flush, and wait for their threads
+        (without holding the lock). Changes still queued stay queued (`flush`)."""
         self._search_cancel = True
+        self._stopping = True
         if self._search_gate is not None:
             self._search_gate.set()
-        thread = self._search_thread
-        if thread is not None:
-            thread.join()
+        self._flush_kick.set()
+        self._flush_full.set()
+        for thread in (self._search_thread, self._flusher):
+            if thread is not None:
+                thread.join()
 
     # -- changes (write lock held) -----------------------------------------------------------
 
     def _search_apply(self, op: Op, msg: Message, new: Message | None = None) -> None:
-        if self._search_pending is not None:
-            self._search_pending.append((op, msg, new))
-        else:
-            _apply_search_change(self.search_index, op, msg, new)
+        """Queue a search-index change (applied by `flush`: before the next read of the search
+        index, or by the background flush, whichever comes first)."""
+        pending = self._search_pending
+        pending.append((op, msg, new))
+        n = len(pending)
+        if n == 1:
+            if self._flusher is None and not self._stopping:
+                self._flusher = threading.Thread(
+                    target=self._flush_loop, name="convmem-search-flush", daemon=True
+                )
+                self._flusher.start()
+            self._flush_kick.set()
+        elif n == self._flush_bound:
+            self._flush_full.set()
+        elif n >= FLUSH_LIMIT:
+            self.flush()
 
     def add(self, msg: Message) -> None:
         self.history.add(msg)
@@ -307,6 +365,94 @@ class IndexSet:
         self._broken = False
         self._index_error = ""
 
+    # -- applying the queued search-index changes ---------------------------------------------
+
+    def flush(self, limit: int | None = None) -> None:
+        """Apply the queued search-index changes (the first `limit` of them, default all) to
+        the search index, once it is ready (a background build applies them itself). The
+        caller holds the lock, in either mode.
+
+        Safe under the read lock: no writer can queue a change while any reader holds it, and
+        the index is only changed holding `_flush_mutex`. Every reader of the search index
+        calls this first (with no limit), so once one has, the queue is empty until the read
+        lock is released, and no flush changes the index while another reader reads it.
+
+        A failure (e.g. MemoryError) may leave the index holding part of the batch: it is
+        rebuilt from the store's live messages, and the failure kept as `error` (health
+        DEGRADED) until `rebuild`; when that rebuild fails too the indexes are `broken`, as
+        when an inline update failed (`apply`)."""
+        # A queue seen empty here is applied: changes leave it only once they are in the
+        # index (and none join it while the caller holds the lock).
+        if not self._search_pending or not self._search_ready.is_set():
+            return
+        with self._flush_mutex:
+            pending = self._search_pending
+            if not pending or not self._search_ready.is_set():
+                return
+            if self._search_error or self._broken:  # an unusable index: rebuild_index
+                self._search_pending = []  # builds it from the store
+                return
+            whole = limit is None or limit >= len(pending)
+            batch = pending if whole else pending[:limit]
+            try:
+                _apply_search_changes(self.search_index, batch)
+            except Exception as exc:
+                self._rebuild_search_after(_WHAT[batch[0][0]], exc)
+                return
+            if whole:
+                self._search_pending = []
+            else:
+                del pending[: len(batch)]
+
+    def _rebuild_search_after(self, what: str, exc: Exception) -> None:
+        """`flush` failed: a fresh search index of the live messages (the history and relation
+        indexes are updated inline: they are not affected). Holding the lock and the flush
+        mutex."""
+        log.error("index update after %s failed: %s", what, type(exc).__name__)
+        try:
+            if self._live is None:
+                raise exc
+            messages = self._live()
+            index = self._new_search_index()
+            index.build(messages.values())
+            self.search_index = index
+            self._index_error = (
+                f"indexes: update after {what} failed ({type(exc).__name__}); "
+                "rebuilt from the store"
+            )
+        except Exception as again:
+            log.error("index rebuild after a failed update failed: %s", type(again).__name__)
+            self._broken = True
+            self._index_error = (
+                f"indexes: update after {what} failed and rebuilding them failed "
+                f"({type(again).__name__}); run rebuild_index"
+            )
+        self._search_pending = []  # in the live messages (last: see `flush`)
+
+    def _flush_loop(self) -> None:
+        """The background flush: once a change is queued, wait `flush_delay` seconds (or until
+        `flush_bound` are queued), then apply the queue, `FLUSH_CHUNK` changes per hold of the
+        read lock (a writer waiting for the lock gets it between chunks: the lock prefers
+        writers), yielding the GIL between chunks."""
+        while True:
+            self._flush_kick.wait()
+            if self._stopping:
+                return
+            self._flush_full.wait(self._flush_delay)
+            if self._stopping:
+                return
+            self._flush_kick.clear()
+            self._flush_full.clear()
+            try:
+                while self._search_pending and self._search_ready.is_set():
+                    with self._lock.read():
+                        if self._broken:
+                            break
+                        self.flush(FLUSH_CHUNK)
+                    time.sleep(0)
+            except Exception:  # never expected (flush keeps its failures); keep flushing
+                log.exception("search index: background flush failed")
+
     # -- reads (read lock held) --------------------------------------------------------------
 
     @property
@@ -325,7 +471,9 @@ class IndexSet:
 
     def persistable(self) -> SearchIndex | None:
         """The search index when it is complete and in step with the store (ready, no failure
-        reported, built by SearchIndex itself), to be kept on disk; else None."""
+        reported, built by SearchIndex itself), to be kept on disk; else None. Applies the
+        queued changes first (`flush`)."""
+        self.flush()
         index = self.search_index
         if (
             self.search_ready
@@ -348,7 +496,14 @@ class IndexSet:
     ) -> list[SearchHit]:
         """Ranked hits. No wait for a background build: under the read lock its state cannot
         change (the builder declares the index ready under the write lock). Until then every
-        live message is scored directly: the same scoring, ranking and limit as the index."""
+        live message is scored directly: the same scoring, ranking and limit as the index.
+        The queued changes are applied first (`flush`): a search finds every write
+        acknowledged before it."""
+        self.flush()
+        if self._broken:
+            raise InternalError(
+                "indexes: could not be rebuilt after a failed update; run rebuild_index"
+            )
         if self._search_ready.is_set():
             if self._search_error:
                 raise InternalError(self._search_error)
@@ -371,5 +526,7 @@ class IndexSet:
 
     def search_index_bytes(self) -> int:
         """While the background build runs, its thread fills the index without a lock, so the
-        index is not read: it counts 0 until ready (docs/semantics.md)."""
+        index is not read: it counts 0 until ready (docs/semantics.md). Applies the queued
+        changes first (`flush`): the figure is the index's with every acknowledged write."""
+        self.flush()
         return self.search_index.memory_bytes() if self._search_ready.is_set() else 0

@@ -40,7 +40,12 @@ from convmem_engine.service.budget import Budget, message_bound
 from convmem_engine.service.events import ChangeEvent, EventHub
 from convmem_engine.service.health import health_report
 from convmem_engine.service.ids import UlidSource, utc_millis
-from convmem_engine.service.index_set import BACKGROUND_SEARCH_FROM, IndexSet
+from convmem_engine.service.index_set import (
+    BACKGROUND_SEARCH_FROM,
+    FLUSH_BOUND,
+    FLUSH_DELAY,
+    IndexSet,
+)
 from convmem_engine.service.rwlock import RWLock
 from convmem_engine.service.self_check import self_check
 from convmem_engine.storage import FileSystem, Store
@@ -63,6 +68,8 @@ class MemoryService:
         search_index_factory: Callable[[], SearchIndex] = SearchIndex,
         keep_search_index: bool = True,
         search_gate: threading.Event | None = None,
+        search_flush_delay: float = FLUSH_DELAY,
+        search_flush_bound: int = FLUSH_BOUND,
     ) -> None:
         """Wrap an open store (prefer `MemoryService.open`). Builds every index.
 
@@ -80,6 +87,9 @@ class MemoryService:
         background search build waits until that event is set (`convmem serve` sets it after
         its first answers, so the build does not slow them; `wait_for_search_index`,
         `rebuild_index` and `close` set it too); until then searches scan, as during the build.
+        Writes queue their search-index change; it is applied in batches before the next read
+        of the search index, or by a background flush `search_flush_delay` seconds after it
+        was queued (at once when `search_flush_bound` changes are queued): see index_set.py.
         """
         self._store = store
         self._budget = response_budget
@@ -92,6 +102,9 @@ class MemoryService:
             background_search_from=background_search_from,
             search_index_factory=search_index_factory,
             search_gate=search_gate,
+            live=lambda: self._store.messages,
+            flush_delay=search_flush_delay,
+            flush_bound=search_flush_bound,
         )
         self._closed = False
         self._keep_search_index = keep_search_index
@@ -118,6 +131,8 @@ class MemoryService:
         keep_search_index: bool = True,
         on_locked: Callable[[], None] | None = None,
         search_gate: threading.Event | None = None,
+        search_flush_delay: float = FLUSH_DELAY,
+        search_flush_bound: int = FLUSH_BOUND,
     ) -> MemoryService:
         """Open the store in `data_dir` and build the indexes. `on_locked()` runs once the
         data dir's lock is held, before the store is read.
@@ -134,6 +149,8 @@ class MemoryService:
                 search_index_factory=search_index_factory,
                 keep_search_index=keep_search_index,
                 search_gate=search_gate,
+                search_flush_delay=search_flush_delay,
+                search_flush_bound=search_flush_bound,
             )
         except BaseException:
             store.close()
@@ -168,8 +185,13 @@ class MemoryService:
     def wait_for_search_index(self, timeout: float | None = None) -> bool:
         """Wait until the search index is built (at once when it is not building); True when
         it is, False after `timeout` seconds. Searches never need this (they scan meanwhile);
-        for tests and tools that want the finished index, e.g. to measure its build."""
-        return self._indexes.wait_for_search(timeout)
+        for tests and tools that want the finished index, e.g. to measure its build. Then
+        applies the queued search-index changes (`IndexSet.flush`; takes the read lock)."""
+        if not self._indexes.wait_for_search(timeout):
+            return False
+        with self._lock.read():
+            self._indexes.flush()
+        return True
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -447,6 +469,7 @@ class MemoryService:
     def get_system_health(self) -> dict[str, Any]:
         with self._lock.read():
             self._check_closed()
+            self._indexes.flush()  # its failure is health's to report
             return health_report(self._store.stats(), self._store.messages, self._indexes)
 
     # -- import (convmem_engine.transfer) ------------------------------------------------------
@@ -497,4 +520,5 @@ class MemoryService:
         """Self-check: the store against its files, and every index against a fresh build."""
         self._indexes.wait_for_search()
         with self._lock.read():
+            self._indexes.flush()
             return self_check(self._store, self._indexes)

@@ -204,7 +204,7 @@ def test_changes_at_any_point_of_the_build_end_in_the_exact_index(
         real_compact = svc._store.compact
 
         def compact() -> Any:
-            compactions.append(svc.wait_for_search_index(timeout=0))
+            compactions.append(svc._indexes.search_ready)  # (the write lock is held)
             return real_compact()
 
         patch.setattr(svc._store, "compact", compact)
