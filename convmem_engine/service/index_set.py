@@ -5,7 +5,17 @@ counted by the store itself: `StoreStats.memory`.)
 The store is the truth; everything here can be rebuilt from its live messages. Locking is the
 owner's (MemoryService's readers/writer lock, given here for the background builder):
 `build`, `add`, `remove`, `replace` and `apply` need it held for writing, the readers
-(`search`, `memory_bytes`, the properties) for reading.
+(`search`, `memory_bytes`, the properties) for reading; `flush` either.
+
+Search-index changes leave the write path: `add`, `remove` and `replace` update the history
+and relation indexes at once but only queue the search index's change (`_search_pending`);
+`flush` applies the queue in order (runs of adds as one `SearchIndex.add_many` batch) before
+every read of the search index (`search`, `search_index_bytes`, `persistable`, the
+service's health and check), so a search finds every write acknowledged before it; a
+background thread flushes it `flush_delay` seconds after a first change is queued (at once
+from `flush_bound` changes), a chunk per hold of the read lock; a writer flushes it itself at
+`FLUSH_LIMIT`. docs/semantics.md, "Concurrency and events", says why this is safe under the
+read lock.
 
 Background search build: a store of at least `background_search_from` messages gets its
 search index built on a thread; until it is ready, `search` scores the live messages directly
