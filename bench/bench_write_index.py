@@ -164,7 +164,8 @@ def main() -> None:
         print(
             f"after/before: cpu {a['cpu_ms'] / b['cpu_ms']:.2f}x (best "
             f"{a['best_cpu_ms'] / b['best_cpu_ms']:.2f}x), p50 {a['p50_ms'] / b['p50_ms']:.2f}x, "
-            f"p99 {a['p99_ms'] / b['p99_ms']:.2f}x, search {a['search_p50_ms'] / b['search_p50_ms']:.2f}x"
+            f"p99 {a['p99_ms'] / b['p99_ms']:.2f}x, "
+            f"search {a['search_p50_ms'] / b['search_p50_ms']:.2f}x"
         )
     if args.json:
         Path(args.json).write_text(json.dumps({"runs": runs, "summary": summary}, indent=1))
