@@ -48,6 +48,10 @@ from convmem_engine.storage.packed import MessagesView
 
 BACKGROUND_SEARCH_FROM: Final = 20_000
 """Stores with at least this many live messages build their search index in the background."""
+BATCH_FROM: Final = 20_000
+"""Indexes of at least this many messages take a run of queued adds as one `add_many` batch;
+smaller ones add them one by one (there grouping a batch's grams costs more than it saves:
+docs/benchmarks.md, "Search-index updates off the write path")."""
 FLUSH_DELAY: Final = 0.010
 """Seconds a queued search-index change waits for the background flush (more changes join it
 meanwhile: one batch). docs/benchmarks.md, "Search-index updates off the write path"."""
@@ -78,9 +82,12 @@ Change = tuple[Op, Message, Message | None]
 _WHAT: Final[dict[Op, str]] = {"add": "a write", "remove": "a delete", "replace": "an update"}
 
 
-def _apply_search_changes(index: SearchIndex, changes: list[Change]) -> None:
+def _apply_search_changes(
+    index: SearchIndex, changes: list[Change], batch_from: int = BATCH_FROM
+) -> None:
     """Apply `changes` ("add", "remove" or "replace" `msg` by `new`) to a search index, in
-    order: each run of adds as one batch (`SearchIndex.add_many`), the others one by one."""
+    order: each run of adds as one batch (`SearchIndex.add_many`) once the index holds
+    `batch_from` messages (one by one below: see BATCH_FROM), the others one by one."""
     i = 0
     n = len(changes)
     while i < n:
@@ -91,6 +98,9 @@ def _apply_search_changes(index: SearchIndex, changes: list[Change]) -> None:
                 j += 1
             if j - i == 1:
                 index.add(msg)
+            elif len(index) < batch_from:
+                for change in changes[i:j]:
+                    index.add(change[1])
             else:
                 index.add_many([c[1] for c in changes[i:j]])
             i = j

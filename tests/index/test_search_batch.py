@@ -88,7 +88,7 @@ def test_batches_with_removes_and_replaces_equal_one_by_one(
     n = 0
     for op, k, text, tags, summary in ops:
         if op == "cut":
-            _apply_search_changes(batched, batch)
+            _apply_search_changes(batched, batch, batch_from=0)
             one_by_one(single, batch)
             batch = []
             continue
@@ -115,7 +115,7 @@ def test_batches_with_removes_and_replaces_equal_one_by_one(
         # replace_bad: the value given as old is not the indexed one (the index sweeps).
         batch.append(("replace", new if op == "replace_bad" else old, new))
         live[old.message_id] = new
-    _apply_search_changes(batched, batch)
+    _apply_search_changes(batched, batch, batch_from=0)
     one_by_one(single, batch)
     assert_same(batched, single, live)
     for q in [*queries, *(m.content[:2] for m in live.values())]:
