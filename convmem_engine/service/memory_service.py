@@ -102,7 +102,7 @@ class MemoryService:
             background_search_from=background_search_from,
             search_index_factory=search_index_factory,
             search_gate=search_gate,
-            live=lambda: self._store.messages,
+            live=lambda: store.messages,  # (not self: no cycle through the service)
             flush_delay=search_flush_delay,
             flush_bound=search_flush_bound,
         )
