@@ -13,9 +13,9 @@ and relation indexes at once but only queue the search index's change (`_search_
 every read of the search index (`search`, `search_index_bytes`, `persistable`, the
 service's health and check), so a search finds every write acknowledged before it; a
 background thread flushes it `flush_delay` seconds after a first change is queued (at once
-from `flush_bound` changes), a chunk per hold of the read lock; a writer flushes it itself at
-`FLUSH_LIMIT`. docs/semantics.md, "Concurrency and events", says why this is safe under the
-read lock.
+from `flush_bound` changes), a chunk of ~FLUSH_HOLD seconds per hold of the read lock; a
+writer flushes it itself at `FLUSH_LIMIT`. docs/semantics.md, "Concurrency and events",
+says why this is safe under the read lock.
 
 Background search build: a store of at least `background_search_from` messages gets its
 search index built on a thread; until it is ready, `search` scores the live messages directly
@@ -57,9 +57,12 @@ FLUSH_DELAY: Final = 0.010
 meanwhile: one batch). docs/benchmarks.md, "Search-index updates off the write path"."""
 FLUSH_BOUND: Final = 64
 """Queued changes that start the background flush at once."""
-FLUSH_CHUNK: Final = 32
-"""Changes the background flush applies per hold of the read lock (a writer waits for one
-chunk at most, then the flush lets it in)."""
+FLUSH_HOLD: Final = 0.002
+"""Seconds of work the background flush aims at per hold of the read lock (a writer waits
+for one chunk at most, then the flush lets it in): its chunk is sized from the time the last
+one took per change, between FLUSH_CHUNK_MIN and FLUSH_CHUNK_MAX changes."""
+FLUSH_CHUNK_MIN: Final = 4
+FLUSH_CHUNK_MAX: Final = 64
 FLUSH_LIMIT: Final = 4096
 """Queued changes at which the writer applies them itself (while the background flush cannot
 get in, e.g. a stream of writers): the queue's memory stays bounded."""
@@ -451,9 +454,11 @@ class IndexSet:
 
     def _flush_loop(self) -> None:
         """The background flush: once a change is queued, wait `flush_delay` seconds (or until
-        `flush_bound` are queued), then apply the queue, `FLUSH_CHUNK` changes per hold of the
-        read lock (a writer waiting for the lock gets it between chunks: the lock prefers
-        writers), yielding the GIL between chunks."""
+        `flush_bound` are queued), then apply the queue, a chunk per hold of the read lock (sized
+        from the last chunk's time per change to take about FLUSH_HOLD seconds: a writer
+        waiting for the lock gets it between chunks, as the lock prefers writers), yielding the
+        GIL between chunks."""
+        chunk = FLUSH_CHUNK_MIN
         while True:
             self._flush_kick.wait()
             if self._stopping:
@@ -468,7 +473,13 @@ class IndexSet:
                     with self._lock.read():
                         if self._broken:
                             break
-                        self.flush(FLUSH_CHUNK)
+                        n = min(chunk, len(self._search_pending))
+                        started = time.perf_counter()
+                        self.flush(n)
+                        spent = time.perf_counter() - started
+                    if n and spent > 0:
+                        chunk = int(FLUSH_HOLD * n / spent)
+                        chunk = max(FLUSH_CHUNK_MIN, min(FLUSH_CHUNK_MAX, chunk))
                     time.sleep(0)
             except Exception:  # never expected (flush keeps its failures); keep flushing
                 log.exception("search index: background flush failed")
