@@ -92,6 +92,7 @@ _TRIM_BYTES: Final = 24 << 20  # build(): heap trimmed in a container each time 
 # while the posting lists grow, instead of lying in the heap until the container's end; at
 # 1M: ~106 trims, the build's peak 451 -> 444 MiB in process; every 8 MiB: 280 trims, 443 MiB,
 # but ~3% more build CPU in page faults)
+_COMPACT_TRIM: Final = 4 << 20  # build(): bytes of lists copied to their exact size per trim
 _LANE_PASSES: Final = 8  # build(): importance lanes made by one pass each, up to this many
 _ARRAY_GROWS: Final = BITMAP - 1  # add(): a container this much shorter stays an array
 _LOW: Final = 0xFFFF  # the low bits of a document number (its place in its container)
@@ -647,6 +648,17 @@ def _container_docs(lows: array[int], start: int) -> array[int]:
     return widen(lows, start >> 16)
 
 
+def _exact(p: PostingList) -> PostingList:
+    """build(): `p` without the spare room its appends left (an array copied to its exact size,
+    as a loaded index's are; the same list): ~8 MiB less at a million documents, 0.13 s."""
+    if type(p) is Postings:
+        p.at = array("I", p.at)
+        p.data = array("H", p.data)
+        p.cards = array("I", p.cards)
+        return p
+    return array(p.typecode, p)  # type: ignore[union-attr]
+
+
 _PLACE: Final = array("I")
 """build(): the place of a gram new to the posting lists, until its first list is appended."""
 
@@ -923,6 +935,18 @@ class SearchIndex:
         del local
         if given and len(imps) != n_ids:
             raise ValueError("the ids given are not the messages' ids")
+        copied = 0  # each copy's old array is freed at once: trimmed every _COMPACT_TRIM bytes
+        for key, lists in post.items():
+            post[key] = _exact(lists)
+            copied += nbytes(lists)
+            if copied >= _COMPACT_TRIM:
+                release_free_memory()
+                copied = 0
+        for plain in (singles, sessions):
+            for key, docs_of in plain.items():
+                plain[key] = array("I", docs_of)
+        imps = array("b", imps)
+        sigs = array("I", sigs)
         release_free_memory()
         try:
             docs = DocTable(ids)
