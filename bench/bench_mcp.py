@@ -282,6 +282,22 @@ def index_ready(answer: dict[str, Any]) -> bool:
 SOURCE_SERVE: Final = [PY, "-m", "convmem_app", "serve"]
 
 
+def _reap_peak_rss_mib(process: subprocess.Popen[bytes], timeout: float = 120.0) -> float:
+    """Wait for `process` to exit (at most `timeout`, then kill it) and return its peak RSS
+    over its whole life, the close included (`ru_maxrss` from wait4, KiB on Linux): VmHWM read
+    while it runs misses what the close allocates (writing search.idx after a rebuild)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+        if pid:
+            process.returncode = os.waitstatus_to_exitcode(status)
+            return usage.ru_maxrss / 1024
+        if time.monotonic() > deadline:
+            process.kill()
+            timeout = float("inf")
+        time.sleep(0.01)
+
+
 def cold_start(
     data_dir: Path, *, wait_index: bool = True, serve: list[str] = SOURCE_SERVE
 ) -> dict[str, float]:
@@ -337,7 +353,7 @@ def cold_start(
         process.stdin.close()
         process.stdout.read()
         process.stdout.close()
-        process.wait(120)
+        life_peak = _reap_peak_rss_mib(process)
     return {
         "handshake_ms": handshake,
         "handshake_cpu_ms": handshake_cpu,
@@ -347,6 +363,7 @@ def cold_start(
         "later_health_ms": later,
         "index_ready_ms": ready,
         "peak_rss_mib": rss,
+        "peak_rss_life_mib": life_peak,
         "rss_at_index_ready_mib": rss_at_ready,
         "estimate_total_mib": estimate["total_bytes"] / 2**20,
         "estimate_search_index_mib": estimate["search_index_bytes"] / 2**20,
@@ -388,7 +405,7 @@ def cold_stores(
                     )
         print(
             f"{'store':>12} {'handshake':>9} {'(cpu)':>7} {'1st reply':>9} {'(cpu)':>7}"
-            f" {'1st health':>10} {'later':>7} {'idx ready':>9} {'peak MiB':>8}"
+            f" {'1st health':>10} {'later':>7} {'idx ready':>9} {'peak MiB':>8} {'life MiB':>8}"
             "   (ms; medians of the starts; cpu: the server's CPU time so far, /proc)"
         )
         for name, rows in runs.items():
@@ -398,6 +415,7 @@ def cold_stores(
                 f" {med['first_reply_ms']:9.0f} {med['first_reply_cpu_ms']:7.0f}"
                 f" {med['first_health_ms']:10.1f} {med['later_health_ms']:7.1f}"
                 f" {med['index_ready_ms']:9.0f} {med['peak_rss_mib']:8.0f}"
+                f" {med['peak_rss_life_mib']:8.0f}"
             )
             spread = ", ".join(
                 f"{k} {min(r[k] for r in rows):.0f}-{max(r[k] for r in rows):.0f}" for k in keys
@@ -881,7 +899,8 @@ def stdio_sections(work: Path, args: argparse.Namespace, figures: dict[str, Any]
     print("\n2/3. convmem serve over stdio, by store size")
     header = (
         f"{'messages':>9} {'build s':>8} {'handshake':>9} {'1st reply':>9} {'1st health':>10}"
-        f" {'2nd health':>10} {'idx ready':>9} {'peak MiB':>8} {'write p50':>9} {'p99':>7}"
+        f" {'2nd health':>10} {'idx ready':>9} {'peak MiB':>8} {'life MiB':>8} {'write p50':>9}"
+        f" {'p99':>7}"
     )
     print(header + "   (ms unless stated; restart: a second start, search.idx loaded)")
     stores: dict[int, dict[str, float]] = {}
@@ -902,6 +921,7 @@ def stdio_sections(work: Path, args: argparse.Namespace, figures: dict[str, Any]
             row["restart_first_reply_ms"] = again["first_reply_ms"]
             row["restart_index_ready_ms"] = again["index_ready_ms"]
             row["restart_peak_rss_mib"] = again["peak_rss_mib"]
+            row["restart_peak_rss_life_mib"] = again["peak_rss_life_mib"]
             row["restart_estimate_total_mib"] = again["estimate_total_mib"]
             row["restart_estimate_search_index_mib"] = again["estimate_search_index_mib"]
             writes = stdio_writes(data_dir, args.writes)
@@ -914,12 +934,14 @@ def stdio_sections(work: Path, args: argparse.Namespace, figures: dict[str, Any]
             f"{size:9d} {r.get('build_s', 0):8.1f} {r['handshake_ms']:9.0f}"
             f" {r['first_reply_ms']:9.0f} {r['first_health_ms']:10.1f}"
             f" {r['later_health_ms']:10.2f} {r['index_ready_ms']:9.0f}"
-            f" {r['peak_rss_mib']:8.0f} {r['write_p50_ms']:9.2f} {r['write_p99_ms']:7.2f}"
+            f" {r['peak_rss_mib']:8.0f} {r['peak_rss_life_mib']:8.0f} {r['write_p50_ms']:9.2f}"
+            f" {r['write_p99_ms']:7.2f}"
         )
         if "restart_index_ready_ms" in r:
             print(
                 f"{'restart':>9} {'':8} {'':9} {r['restart_first_reply_ms']:9.0f} {'':10}"
                 f" {'':10} {r['restart_index_ready_ms']:9.0f} {r['restart_peak_rss_mib']:8.0f}"
+                f" {r['restart_peak_rss_life_mib']:8.0f}"
             )
             print(
                 f"{'':9} health's memory_estimate: total / search index MiB "
