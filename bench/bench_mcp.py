@@ -50,6 +50,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -282,20 +283,34 @@ def index_ready(answer: dict[str, Any]) -> bool:
 SOURCE_SERVE: Final = [PY, "-m", "convmem_app", "serve"]
 
 
-def _reap_peak_rss_mib(process: subprocess.Popen[bytes], timeout: float = 120.0) -> float:
-    """Wait for `process` to exit (at most `timeout`, then kill it) and return its peak RSS
-    over its whole life, the close included (`ru_maxrss` from wait4, KiB on Linux): VmHWM read
-    while it runs misses what the close allocates (writing search.idx after a rebuild)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
-        if pid:
-            process.returncode = os.waitstatus_to_exitcode(status)
-            return usage.ru_maxrss / 1024
-        if time.monotonic() > deadline:
-            process.kill()
-            timeout = float("inf")
-        time.sleep(0.01)
+class _LifePeak:
+    """The peak RSS of a process over its whole life, the close included (what it allocates
+    writing search.idx after a rebuild): VmHWM, a high-water mark, read every 2 ms by a thread
+    until the process has let go of its memory (its /proc status has no VmHWM any more). Not
+    `ru_maxrss` from wait4: on Linux a child's also counts the RSS its parent had when it
+    forked (this bench holds stores)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak = 0.0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                hwm = vm_hwm_mib(self.pid)
+            except OSError:
+                return
+            if hwm != hwm:  # nan: exiting, no VmHWM line
+                return
+            self.peak = max(self.peak, hwm)
+            time.sleep(0.002)
+
+    def result(self) -> float:
+        """Once the process has exited."""
+        self._thread.join(10)
+        return self.peak
 
 
 def cold_start(
@@ -350,10 +365,12 @@ def cold_start(
         read_answer(process.stdout, request_id)
         rss = vm_hwm_mib(process.pid)
     finally:
+        life = _LifePeak(process.pid)
         process.stdin.close()
         process.stdout.read()
         process.stdout.close()
-        life_peak = _reap_peak_rss_mib(process)
+        process.wait(120)
+        life_peak = life.result()
     return {
         "handshake_ms": handshake,
         "handshake_cpu_ms": handshake_cpu,
