@@ -737,6 +737,10 @@ class SearchIndex:
                 p.append(doc)
                 if len(p) >= BIG:
                     post[g] = pack(p)
+        self._add_singles(singles, doc)
+
+    def _add_singles(self, singles: Iterable[str], doc: int) -> None:
+        """The new document `doc`'s fields of exactly one code point, `singles`."""
         for ch in singles:
             p = self._singles.get(ch)
             if p is None:
@@ -767,12 +771,7 @@ class SearchIndex:
             doc = self._add_document(msg)
             grams, singles = _grams(msg)
             deque(map(list.append, map(get_local, grams), repeat(doc)), maxlen=0)
-            for ch in singles:
-                sp = self._singles.get(ch)
-                if sp is None:
-                    sp = self._singles[ch] = array("I")
-                if not sp or sp[-1] != doc:
-                    sp.append(doc)
+            self._add_singles(singles, doc)
         post = self._post
         for g, new in local.items():
             m = len(new)

@@ -85,6 +85,20 @@ Change = tuple[Op, Message, Message | None]
 _WHAT: Final[dict[Op, str]] = {"add": "a write", "remove": "a delete", "replace": "an update"}
 
 
+def _rebuilt_after(what: str, exc: Exception) -> str:
+    """The kept failure (health DEGRADED) when an index update after `what` failed and the
+    index was rebuilt from the store."""
+    return f"indexes: update after {what} failed ({type(exc).__name__}); rebuilt from the store"
+
+
+def _not_rebuilt_after(what: str, exc: Exception) -> str:
+    """The kept failure when the rebuild after a failed update failed too (`exc`): broken."""
+    return (
+        f"indexes: update after {what} failed and rebuilding them failed "
+        f"({type(exc).__name__}); run rebuild_index"
+    )
+
+
 def _apply_search_changes(
     index: SearchIndex, changes: list[Change], batch_from: int = BATCH_FROM
 ) -> None:
@@ -354,20 +368,14 @@ class IndexSet:
             return True
         except Exception as exc:
             log.error("index update after %s failed: %s", what, type(exc).__name__)
-            self._index_error = (
-                f"indexes: update after {what} failed ({type(exc).__name__}); "
-                "rebuilt from the store"
-            )
+            self._index_error = _rebuilt_after(what, exc)
         try:
             self.build(messages, background=False)
             return True
         except Exception as exc:
             log.error("index rebuild after a failed update failed: %s", type(exc).__name__)
             self._broken = True
-            self._index_error = (
-                f"indexes: update after {what} failed and rebuilding them failed "
-                f"({type(exc).__name__}); run rebuild_index"
-            )
+            self._index_error = _not_rebuilt_after(what, exc)
             self._search_ready.set()
             return False
 
@@ -439,17 +447,11 @@ class IndexSet:
             index = self._new_search_index()
             index.build(messages.values())
             self.search_index = index
-            self._index_error = (
-                f"indexes: update after {what} failed ({type(exc).__name__}); "
-                "rebuilt from the store"
-            )
+            self._index_error = _rebuilt_after(what, exc)
         except Exception as again:
             log.error("index rebuild after a failed update failed: %s", type(again).__name__)
             self._broken = True
-            self._index_error = (
-                f"indexes: update after {what} failed and rebuilding them failed "
-                f"({type(again).__name__}); run rebuild_index"
-            )
+            self._index_error = _not_rebuilt_after(what, again)
         self._search_pending = []  # in the live messages (last: see `flush`)
 
     def _flush_loop(self) -> None:
