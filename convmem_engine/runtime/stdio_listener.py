@@ -4,7 +4,7 @@
   descriptor and points fd 1 at stderr, so a stray print (ours or a library's) cannot corrupt
   the stream.
 - stdin is read with back-pressure (at most a few chunks ahead of the session): on the loop
-  itself when it is a pipe or a socket on POSIX (`front.LoopReader`: each request is read in
+  itself when it is a pipe or a socket on POSIX (`loop_reader.LoopReader`: each request is read in
   the loop iteration that sees it arrive, with no thread hand-off), else by a daemon thread
   (regular files, consoles, Windows).
 - With a `StdioFront` (`convmem serve`), the front has been reading stdin since the lock was
@@ -172,7 +172,7 @@ class StdioListener:
     def start(self, runtime: Runtime) -> None:
         import anyio.to_thread  # imported here: the SDK loads it anyway, after the handshake
 
-        from convmem_engine.runtime.front import LoopReader
+        from convmem_engine.runtime.loop_reader import LoopReader
 
         self._run_sync = anyio.to_thread.run_sync
         started = threading.Event()

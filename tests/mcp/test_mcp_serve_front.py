@@ -381,7 +381,7 @@ makes it say no, as on Windows."""
 
 
 def _reading_by(reader: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from convmem_engine.runtime.front import LoopReader
+    from convmem_engine.runtime.loop_reader import LoopReader
 
     if reader == "thread":
         monkeypatch.setattr(LoopReader, "usable", staticmethod(lambda *args: False))
@@ -446,7 +446,8 @@ def test_bytes_sent_after_the_hand_over_follow_in_order(
     every later line arrives once and in order, past the session's read-ahead, then EOF."""
     import asyncio
 
-    from convmem_engine.runtime.front import READ_AHEAD_CHUNKS, READ_CHUNK_BYTES, StdioFront
+    from convmem_engine.runtime.front import StdioFront
+    from convmem_engine.runtime.loop_reader import READ_AHEAD_CHUNKS, READ_CHUNK_BYTES
 
     _reading_by(reader, monkeypatch)
     in_read, in_write = os.pipe()

@@ -1,4 +1,4 @@
-"""`front.LoopReader`: stdin read on the session's loop, on real pipes and sockets.
+"""`loop_reader.LoopReader`: stdin read on the session's loop, on real pipes and sockets.
 
 It reads at most `READ_AHEAD_CHUNKS` chunks ahead of the session (a host that writes faster
 than the session reads blocks on a full pipe), gives back every byte once and in order, ends
@@ -15,7 +15,7 @@ import socket
 import tempfile
 import threading
 
-from convmem_engine.runtime.front import READ_AHEAD_CHUNKS, READ_CHUNK_BYTES, LoopReader
+from convmem_engine.runtime.loop_reader import READ_AHEAD_CHUNKS, READ_CHUNK_BYTES, LoopReader
 
 
 def test_a_slow_session_keeps_the_reader_a_few_chunks_ahead_and_gets_every_byte() -> None:

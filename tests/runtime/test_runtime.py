@@ -278,7 +278,7 @@ def test_stdio_listener_over_real_pipes(
 ) -> None:
     """Without a front: stdin read on the loop (a pipe, on POSIX) or by a thread (as on
     Windows, where `LoopReader.usable` says no)."""
-    from convmem_engine.runtime.front import LoopReader
+    from convmem_engine.runtime.loop_reader import LoopReader
 
     if reader == "thread":
         monkeypatch.setattr(LoopReader, "usable", staticmethod(lambda *args: False))
