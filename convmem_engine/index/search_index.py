@@ -711,11 +711,9 @@ class SearchIndex:
         # Document numbers only grow, so appending keeps every posting list sorted.
         for g in grams:
             p = post.get(g)
-            if p is None:
-                post[g] = array("I", [doc])
-                if len(g) == 2:
-                    self._register_bigram(g)
-            elif isinstance(p, Postings):
+            if not isinstance(p, Postings):
+                self._append_plain(g, p, doc)
+            else:
                 # Postings.append's common case inlined (this loop runs for every gram of
                 # every message written): the last container is an array that stays one.
                 at = p.at
@@ -733,10 +731,6 @@ class SearchIndex:
                     p.n += 1
                 else:
                     p.append(doc)
-            else:
-                p.append(doc)
-                if len(p) >= BIG:
-                    post[g] = pack(p)
         self._add_singles(singles, doc)
 
     def _add_singles(self, singles: Iterable[str], doc: int) -> None:
@@ -838,18 +832,23 @@ class SearchIndex:
 
     def _append_gram(self, g: str, doc: int) -> None:
         """`add`'s step for one gram of a new document (after every document `g` holds)."""
-        post = self._post
-        p = post.get(g)
+        p = self._post.get(g)
+        if isinstance(p, Postings):
+            p.append(doc)
+        else:
+            self._append_plain(g, p, doc)
+
+    def _append_plain(self, g: str, p: array[int] | None, doc: int) -> None:
+        """`add`'s step for gram `g` whose posting list `p` is not a `Postings`: a new plain
+        list (None: the gram is new), or `doc` appended, packed once it reaches `BIG`."""
         if p is None:
-            post[g] = array("I", [doc])
+            self._post[g] = array("I", [doc])
             if len(g) == 2:
                 self._register_bigram(g)
-        elif isinstance(p, Postings):
-            p.append(doc)
         else:
             p.append(doc)
             if len(p) >= BIG:
-                post[g] = pack(p)
+                self._post[g] = pack(p)
 
     def build(
         self,
