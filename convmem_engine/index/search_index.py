@@ -35,6 +35,7 @@ from convmem_engine.domain.message import Message
 from convmem_engine.index.doc_table import DocTable
 from convmem_engine.index.heap import release_free_memory
 from convmem_engine.index.postings import (
+    _ARRAY_GC,
     BIG,
     BITMAP,
     DENSE,
@@ -96,6 +97,9 @@ _COMPACT_TRIM: Final = 4 << 20  # build(): bytes of lists copied to their exact 
 _LANE_PASSES: Final = 8  # build(): importance lanes made by one pass each, up to this many
 _ARRAY_GROWS: Final = BITMAP - 1  # add(): a container this much shorter stays an array
 _LOW: Final = 0xFFFF  # the low bits of a document number (its place in its container)
+_ONE_DOC: Final = sys.getsizeof(array("I", [0]))  # a new plain list of one document
+_H_EMPTY: Final = array("H").__sizeof__()  # an array's `__sizeof__` without its buffer
+_I_EMPTY: Final = array("I").__sizeof__()
 _START: Final = "\x02"  # edge-gram markers: field start / field end
 _END: Final = "\x03"
 _WORD: Final = "\x01"  # word-boundary gram marker (see `_word_grams`)
@@ -690,6 +694,9 @@ class SearchIndex:
         self._blk_ts = array("q")  # per block of documents: max timestamp ever indexed
         self._blk_len = array("I")  # per block: max field length (code points) ever indexed
         self._ts_bound = array("q")  # per block: max of _blk_ts up to it (`_raise_bounds`)
+        # Bytes of the tables that grow with the index, kept up to date by every change (see
+        # "accounting"): health reads the index's size without walking it.
+        self._counted = 0
 
     # -- mutation ---------------------------------------------------------------------------
 
@@ -708,21 +715,34 @@ class SearchIndex:
         post = self._post
         high = doc >> 16
         low = doc & 0xFFFF
+        grown = 0  # bytes the posting lists grew by (`_counted`)
         # Document numbers only grow, so appending keeps every posting list sorted.
         for g in grams:
             p = post.get(g)
             if not isinstance(p, Postings):
-                self._append_plain(g, p, doc)
+                grown += self._append_plain(g, p, doc)
             else:
-                # Postings.append's common case inlined (this loop runs for every gram of
-                # every message written): the last container is an array that stays one.
+                # Postings.append's common cases inlined (this loop runs for every gram of
+                # every message written): the last container is an array that stays one
+                # (shorter than a bitmap, or longer but short of DENSE), or a bitmap that
+                # stays one.
                 at = p.at
                 end = at[-1]
                 width = end - at[-2]
                 if len(at) - 2 != high:
+                    grown -= nbytes(p)
                     p.append(doc)
-                elif width < _ARRAY_GROWS:
-                    p.data.append(low)
+                    grown += nbytes(p)
+                elif width < _ARRAY_GROWS or BITMAP < width < DENSE - 1:
+                    data = p.data
+                    if end < p.room:  # no reallocation: its size stays (no read per gram)
+                        data.append(low)
+                    else:  # full, or its room is not known
+                        before = data.__sizeof__()
+                        data.append(low)
+                        after = data.__sizeof__()
+                        grown += after - before
+                        p.room = (after - _H_EMPTY) >> 1
                     at[-1] = end + 1
                     p.n += 1
                 elif width == BITMAP and p.cards[-1] >= DENSE:  # a bitmap that stays one
@@ -730,7 +750,10 @@ class SearchIndex:
                     p.cards[-1] += 1
                     p.n += 1
                 else:
+                    grown -= nbytes(p)
                     p.append(doc)
+                    grown += nbytes(p)
+        self._counted += grown
         self._add_singles(singles, doc)
 
     def _add_singles(self, singles: Iterable[str], doc: int) -> None:
@@ -739,8 +762,11 @@ class SearchIndex:
             p = self._singles.get(ch)
             if p is None:
                 p = self._singles[ch] = array("I")
+                self._counted += sys.getsizeof(ch) + nbytes(p)
             if not p or p[-1] != doc:
+                self._counted -= nbytes(p)
                 p.append(doc)
+                self._counted += nbytes(p)
 
     def add_many(self, messages: Sequence[Message]) -> None:
         """Index `messages` (none indexed yet, no id twice; else ValueError and nothing
@@ -767,16 +793,19 @@ class SearchIndex:
             deque(map(list.append, map(get_local, grams), repeat(doc)), maxlen=0)
             self._add_singles(singles, doc)
         post = self._post
+        grown = 0  # bytes the posting lists grew by (`_counted`)
         for g, new in local.items():
             m = len(new)
             p = post.get(g)
             if p is None:
                 if m < BIG:
-                    post[g] = array("I", new)
+                    p = post[g] = array("I", new)
+                    grown += sys.getsizeof(g) + nbytes(p)
                     if len(g) == 2:
                         self._register_bigram(g)
                     continue
                 post[g] = p = array("I", new[:1])
+                grown += sys.getsizeof(g) + nbytes(p)
                 if len(g) == 2:
                     self._register_bigram(g)
                 new = new[1:]
@@ -789,7 +818,12 @@ class SearchIndex:
                     # stays one (each append sees a width below _ARRAY_GROWS, or between
                     # BITMAP and DENSE - 1), or a bitmap that stays one.
                     if width + m <= _ARRAY_GROWS or (width > BITMAP and width + m < DENSE):
-                        p.data.extend(map(_LOW.__and__, new))
+                        data = p.data
+                        before = data.__sizeof__()
+                        data.extend(map(_LOW.__and__, new))
+                        after = data.__sizeof__()
+                        grown += after - before
+                        p.room = (after - _H_EMPTY) >> 1
                         at[-1] = end + m
                         p.n += m
                         continue
@@ -803,10 +837,15 @@ class SearchIndex:
                         p.n += m
                         continue
             elif len(p) + m < BIG:
+                grown -= p.__sizeof__()
                 p.extend(new)
+                grown += p.__sizeof__()
                 continue
+            grown -= nbytes(p)
             for doc in new:  # the layout changes on the way: `add`'s steps, one by one
                 self._append_gram(g, doc)
+            grown += nbytes(post[g])
+        self._counted += grown
 
     def _add_document(self, msg: Message) -> int:
         """`add`'s part before the grams: the new document's number, id, signature,
@@ -818,15 +857,22 @@ class SearchIndex:
         imp = msg.metadata.importance
         self._imp.append(imp)
         lane = self._lanes.get(imp)
+        grown = 0  # bytes the lane and session lists grew by (`_counted`)
         if lane is None:
             lane = self._lanes[imp] = array("I")
+        else:
+            grown -= nbytes(lane)
         lane.append(doc)
         if len(lane) == BIG and type(lane) is array:
-            self._lanes[imp] = pack(lane)
+            lane = self._lanes[imp] = pack(lane)
+        grown += nbytes(lane)
         sess = self._sessions.get(msg.session_id)
         if sess is None:
             sess = self._sessions[msg.session_id] = array("I")
+        else:
+            grown -= nbytes(sess)
         sess.append(doc)
+        self._counted += grown + nbytes(sess)
         self._raise_bounds(doc, msg)
         return doc
 
@@ -838,17 +884,23 @@ class SearchIndex:
         else:
             self._append_plain(g, p, doc)
 
-    def _append_plain(self, g: str, p: array[int] | None, doc: int) -> None:
+    def _append_plain(self, g: str, p: array[int] | None, doc: int) -> int:
         """`add`'s step for gram `g` whose posting list `p` is not a `Postings`: a new plain
-        list (None: the gram is new), or `doc` appended, packed once it reaches `BIG`."""
+        list (None: the gram is new), or `doc` appended, packed once it reaches `BIG`. Returns
+        the bytes the posting lists grew by (the caller adds them to `_counted`)."""
         if p is None:
             self._post[g] = array("I", [doc])
             if len(g) == 2:
                 self._register_bigram(g)
-        else:
-            p.append(doc)
-            if len(p) >= BIG:
-                self._post[g] = pack(p)
+            return sys.getsizeof(g) + _ONE_DOC
+        before = p.__sizeof__()
+        p.append(doc)
+        n = len(p)
+        if n >= BIG:
+            q = self._post[g] = pack(p)
+            return nbytes(q) - _ARRAY_GC - before
+        # `p` was n - 1 long: the append reallocated it only if that was all it had room for.
+        return p.__sizeof__() - before if before == _I_EMPTY + 4 * n - 4 else 0
 
     def build(
         self,
@@ -994,6 +1046,10 @@ class SearchIndex:
         for g in post:
             if len(g) == 2:
                 self._register_bigram(g)
+        self._counted = self._walk_counted()
+        for p in chain(post.values(), lanes.values()):
+            if type(p) is Postings:
+                p.room = 0  # (build's `_exact` copies replaced their arrays)
 
     @staticmethod
     def _add_container(
@@ -1110,32 +1166,50 @@ class SearchIndex:
             added = new_grams
             added_singles = set(new_singles)
             moved = True
+        grown = 0  # bytes the tables grew by (`_counted`)
+        size = sys.getsizeof
         if moved:
             sess = self._sessions.get(new.session_id)
             if sess is None:
                 sess = self._sessions[new.session_id] = array("I")
+            else:
+                grown -= nbytes(sess)
             insort(sess, doc)
+            grown += nbytes(sess)
         post = self._post
         for g in added:
             p = post.get(g)
             if p is None:
                 post[g] = array("I", [doc])
+                grown += size(g) + _ONE_DOC
                 if len(g) == 2:
                     self._register_bigram(g)
             else:
-                post[g] = insert(p, doc)
+                grown -= nbytes(p)
+                p = post[g] = insert(p, doc)
+                grown += nbytes(p)
         for ch in added_singles:
             sp = self._singles.get(ch)
             if sp is None:
                 sp = self._singles[ch] = array("I")
+                grown += size(ch)
+            else:
+                grown -= nbytes(sp)
             insort(sp, doc)
+            grown += nbytes(sp)
         self._sig[doc] = _signature(new)
         imp = new.metadata.importance
         if imp != self._imp[doc]:
             self._leave_lane(doc)
             self._imp[doc] = imp
             lane = self._lanes.get(imp)
-            self._lanes[imp] = array("I", [doc]) if lane is None else insert(lane, doc)
+            if lane is None:
+                lane = self._lanes[imp] = array("I", [doc])
+            else:
+                grown -= nbytes(lane)
+                lane = self._lanes[imp] = insert(lane, doc)
+            grown += nbytes(lane)
+        self._counted += grown
         self._raise_bounds(doc, new)
 
     def clear(self) -> None:
@@ -1143,15 +1217,26 @@ class SearchIndex:
 
     def _leave_session(self, session_id: str, doc: int) -> None:
         sess = self._sessions.get(session_id)
-        if sess is not None and _discard(sess, doc) and not sess:
-            del self._sessions[session_id]
+        if sess is None:
+            return
+        before = nbytes(sess)
+        if _discard(sess, doc):
+            if not sess:
+                del self._sessions[session_id]
+                self._counted -= before
+            else:
+                self._counted += nbytes(sess) - before
 
     def _leave_lane(self, doc: int) -> None:
         imp = self._imp[doc]
         lane = self._lanes[imp]
+        before = nbytes(lane)
         _discard(lane, doc)
         if not lane:
             del self._lanes[imp]
+            self._counted -= before
+        else:
+            self._counted += nbytes(lane) - before
 
     def _raise_bounds(self, doc: int, msg: Message) -> None:
         block = doc >> _BLOCK_SHIFT
@@ -1182,27 +1267,53 @@ class SearchIndex:
             self._blk_len[block] = size
 
     def _register_bigram(self, gram: str) -> None:
+        size = sys.getsizeof
         for ch in set(gram):
             s = self._char_bigrams.get(ch)
             if s is None:
                 s = self._char_bigrams[ch] = set()
+                self._counted += size(ch)
+            else:
+                self._counted -= size(s)
             s.add(gram)
+            self._counted += size(s)
 
     def _discard_gram(self, gram: str, doc: int) -> None:
         p = self._post.get(gram)
-        if p is not None and _discard(p, doc) and not p:
-            del self._post[gram]
-            if len(gram) == 2:
-                for ch in set(gram):
-                    s = self._char_bigrams[ch]
-                    s.discard(gram)
-                    if not s:
-                        del self._char_bigrams[ch]
+        if p is None:
+            return
+        before = nbytes(p)
+        if not _discard(p, doc):
+            return
+        if p:
+            self._counted += nbytes(p) - before
+            return
+        del self._post[gram]
+        size = sys.getsizeof
+        self._counted -= size(gram) + before
+        if len(gram) == 2:
+            for ch in set(gram):
+                s = self._char_bigrams[ch]
+                self._counted -= size(s)
+                s.discard(gram)
+                if s:
+                    self._counted += size(s)
+                else:
+                    del self._char_bigrams[ch]
+                    self._counted -= size(ch)
 
     def _discard_single(self, ch: str, doc: int) -> None:
         p = self._singles.get(ch)
-        if p is not None and _discard(p, doc) and not p:
+        if p is None:
+            return
+        before = nbytes(p)
+        if not _discard(p, doc):
+            return
+        if p:
+            self._counted += nbytes(p) - before
+        else:
             del self._singles[ch]
+            self._counted -= sys.getsizeof(ch) + before
 
     def _sweep(self, doc: int) -> None:
         """Remove `doc` from every posting list (when the indexed value is not known)."""
@@ -1760,23 +1871,52 @@ class SearchIndex:
 
     def memory_bytes(self) -> int:
         """Bytes allocated by the index's own objects (sys.getsizeof, which for an array
-        includes its whole allocated buffer). Message-id strings are shared with the store and
-        not counted; small ints cached by CPython are not counted."""
-        size = sys.getsizeof(self) + sys.getsizeof(self._post) + sys.getsizeof(self._singles)
+        includes its whole allocated buffer). Message-id and session-id strings are shared
+        with the store and not counted; small ints cached by CPython are not counted.
+
+        Constant time: the tables that grow with the index (the posting lists and their keys,
+        the one-code-point table, the code-point -> 2-gram map, the session lists and the
+        importance lanes) keep their byte count, `_counted`, up to date on every change
+        (add, add_many, remove, replace, build, load); only the fixed number of objects left
+        (the dicts themselves, the per-document arrays, the id tables) are measured here.
+        `memory_bytes_fresh` walks everything instead: `check` compares the two."""
+        return self._fixed_bytes() + self._counted
+
+    def memory_bytes_fresh(self) -> int:
+        """`memory_bytes` by walking every object (the reference; milliseconds at scale)."""
+        return self._fixed_bytes() + self._walk_counted()
+
+    def _fixed_bytes(self) -> int:
+        """The objects whose number does not grow with the index."""
+        size = sys.getsizeof
+        return (
+            size(self)
+            + size(self._post)
+            + size(self._singles)
+            + size(self._char_bigrams)
+            + size(self._ids)
+            + self._docs.nbytes()
+            + size(self._sig)
+            + size(self._imp)
+            + size(self._blk_ts)
+            + size(self._blk_len)
+            + size(self._ts_bound)
+            + size(self._sessions)
+            + size(self._lanes)
+        )
+
+    def _walk_counted(self) -> int:
+        """What `_counted` holds, counted by walking the tables (sys.getsizeof of each)."""
+        size = sys.getsizeof
+        total = 0
         for table in (self._post, self._singles):
             for g, p in table.items():
-                size += sys.getsizeof(g) + nbytes(p)
-        size += sys.getsizeof(self._char_bigrams)
+                total += size(g) + nbytes(p)
         for ch, s in self._char_bigrams.items():
-            size += sys.getsizeof(ch) + sys.getsizeof(s)
-        size += sys.getsizeof(self._ids) + self._docs.nbytes()
-        for arr in (self._sig, self._imp, self._blk_ts, self._blk_len, self._ts_bound):
-            size += sys.getsizeof(arr)
-        size += sys.getsizeof(self._sessions)
-        size += sum(sys.getsizeof(p) for p in self._sessions.values())
-        size += sys.getsizeof(self._lanes)
-        size += sum(map(nbytes, self._lanes.values()))
-        return size
+            total += size(ch) + size(s)
+        total += sum(size(p) for p in self._sessions.values())
+        total += sum(map(nbytes, self._lanes.values()))
+        return total
 
     def check(self, messages: Mapping[str, Message]) -> list[str]:
         """Compare the index with `messages` (ids and indexed values); [] when consistent.
@@ -1785,6 +1925,11 @@ class SearchIndex:
         if len(messages) != len(self._docs):
             problems.append(
                 f"search index holds {len(self._docs)} messages, store has {len(messages)}"
+            )
+        counted = self._walk_counted()
+        if counted != self._counted:
+            problems.append(
+                f"search index: its byte count {self._counted} differs from a fresh count {counted}"
             )
         stale = 0
         for mid, msg in messages.items():

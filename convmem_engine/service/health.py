@@ -11,15 +11,21 @@ from convmem_engine.service.index_set import IndexSet
 from convmem_engine.storage import StoreStats
 
 
-def memory_estimate(stats: StoreStats, indexes: IndexSet) -> dict[str, int]:
+def memory_estimate(stats: StoreStats, indexes: IndexSet, *, walk: bool = False) -> dict[str, int]:
     """The project's main allocations, by `sys.getsizeof` of the objects (docs/semantics.md):
-    the store's counts of its live messages (kept up to date by every change: nothing is
-    walked here) and each index's containers."""
+    the store's counts of its live messages and each index's containers. Constant time: the
+    store and every index keep their byte counts up to date on every change, so nothing is
+    walked here. `walk=True` walks every index's objects instead (the reference the tests
+    compare with; the store's counts are checked against a fresh count by its `check`)."""
     mem = stats.memory
     store_entries = mem.entry_bytes + mem.table_bytes
-    search_bytes = indexes.search_index_bytes()
-    history_bytes = indexes.history.memory_bytes()
-    relation_bytes = indexes.relations.memory_bytes()
+    search_bytes = indexes.search_index_bytes(walk=walk)
+    if walk:
+        history_bytes = indexes.history.memory_bytes_fresh()
+        relation_bytes = indexes.relations.memory_bytes_fresh()
+    else:
+        history_bytes = indexes.history.memory_bytes()
+        relation_bytes = indexes.relations.memory_bytes()
     return {
         "total_bytes": store_entries
         + mem.body_bytes

@@ -557,9 +557,13 @@ class IndexSet:
             min_importance=min_importance,
         )
 
-    def search_index_bytes(self) -> int:
+    def search_index_bytes(self, *, walk: bool = False) -> int:
         """While the background build runs, its thread fills the index without a lock, so the
         index is not read: it counts 0 until ready (docs/semantics.md). Applies the queued
-        changes first (`flush`): the figure is the index's with every acknowledged write."""
+        changes first (`flush`): the figure is the index's with every acknowledged write.
+        The index's kept byte count, or with `walk` a walk of its objects (the reference)."""
         self.flush()
-        return self.search_index.memory_bytes() if self._search_ready.is_set() else 0
+        if not self._search_ready.is_set():
+            return 0
+        index = self.search_index
+        return index.memory_bytes_fresh() if walk else index.memory_bytes()

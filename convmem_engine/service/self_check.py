@@ -1,5 +1,6 @@
 """The self-check (for tests and tools): the store against its files (and its memory counts),
-and every index against a fresh build from the live messages. The caller holds the service's
+and every index against a fresh build from the live messages (and its byte count against a
+walk of its objects: health's memory estimate is those counts). The caller holds the service's
 read lock and has waited for a background search build."""
 
 from __future__ import annotations
@@ -29,4 +30,10 @@ def self_check(store: Store, indexes: IndexSet) -> list[str]:
     fresh_relations.build(messages)
     if not fresh_relations.same_as(indexes.relations):
         problems.append("relation index: differs from a fresh build")
+    for name, index in (("history", indexes.history), ("relation", indexes.relations)):
+        kept, walked = index.memory_bytes(), index.memory_bytes_fresh()
+        if kept != walked:
+            problems.append(
+                f"{name} index: its byte count {kept} differs from a fresh count {walked}"
+            )
     return problems
