@@ -61,8 +61,10 @@ def frozen_app_name(windows: bool = IS_WINDOWS) -> str:
 FROZEN_APP_NAME = frozen_app_name()
 
 _RESPONSE_HEAD = re.compile(
-    rb'\{"jsonrpc":"2\.0","id":("(?:[^"\\]|\\.)*"|-?\d+),"(result|error|method)"'
+    rb'\{"jsonrpc":"2\.0","id":("(?:[^"\\]|\\.)*"|-?(?:0|[1-9]\d*)),"(result|error|method)"'
 )
+"""The head of a line as the SDKs write one (compact, `jsonrpc` then `id`): the id's JSON text,
+then what the line is. A request has `method`; an answer, `result` or `error`."""
 
 
 class ShimError(Exception):
@@ -618,60 +620,114 @@ def connect_or_start(name: str, data_dir: Path, start_timeout: float) -> Connect
 # ---- pumping --------------------------------------------------------------------------------
 
 
-class _Outstanding:
-    """Ids of the requests the host sent that the app has not answered yet."""
+Key = bytes
+"""An id as the shim compares ids: its JSON text, canonical (`json.dumps(id, ensure_ascii=False)`
+in UTF-8), so `"\\u00e9"` and `"é"`, or `-0` and `0`, are one id, as they are to the app."""
 
-    def __init__(self) -> None:
-        self._ids: set[str] = set()
-        self._cond = threading.Condition()
-        self._from_host = bytearray()
-        self._from_app = bytearray()
 
-    @staticmethod
-    def _line_ids(buffer: bytearray, data: bytes, requests: bool) -> list[str]:
+def _canonical_id(value: object) -> Key:
+    return json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+def _head_id(raw: bytes) -> Key:
+    """The key of an id's JSON text as `_RESPONSE_HEAD` found it. Most ids (an integer, a
+    string without escapes) already are their canonical text: no parsing."""
+    if raw[:1] == b'"':
+        if b"\\" not in raw:
+            return raw
+    elif raw != b"-0":
+        return raw
+    return _canonical_id(json.loads(raw))
+
+
+class _Lines:
+    """One direction's byte stream, cut into lines; the ids each chunk's lines carry."""
+
+    def __init__(self, requests: bool) -> None:
+        self._requests = requests
+        self._partial = bytearray()
+
+    def ids(self, data: bytes) -> list[Key]:
         """The ids of the requests (or of the answers) on the lines `data` completes.
 
         Lines are found in place (no copy of a whole 1 MiB request); a line that starts as the
         SDKs write it (`{"jsonrpc":"2.0","id":...,"method"` / `"result"` / `"error"`) is read
         from its head alone, anything else is parsed whole."""
+        buffer = self._partial
         if buffer:
             buffer += data
             if b"\n" not in data:
                 return []
             text = bytes(buffer)
         else:
+            if data[-1:] == b"\n" and data.find(b"\n") == len(data) - 1:
+                return self._one_line(data)  # the usual chunk: one whole line
             text = data
-        ids: list[str] = []
+        requests = self._requests
+        ids: list[Key] = []
         start = 0
         while (end := text.find(b"\n", start)) >= 0:
             head = _RESPONSE_HEAD.match(text, start, min(end, start + 256))
             if head is not None:
                 if (head.group(2) == b"method") == requests:
-                    ids.append(json.dumps(json.loads(head.group(1))))
+                    ids.append(_head_id(head.group(1)))
             else:
-                try:
-                    message = json.loads(text[start:end])
-                except ValueError:
-                    message = None
-                for item in message if isinstance(message, list) else [message]:
-                    if isinstance(item, dict) and "id" in item and ("method" in item) == requests:
-                        ids.append(json.dumps(item["id"]))
+                ids.extend(self._parsed_ids(text[start:end]))
             start = end + 1
         buffer[:] = text[start:]
         return ids
 
+    def _one_line(self, line: bytes) -> list[Key]:
+        head = _RESPONSE_HEAD.match(line, 0, 256)
+        if head is None:
+            return self._parsed_ids(line)
+        if (head.group(2) == b"method") == self._requests:
+            return [_head_id(head.group(1))]
+        return []
+
+    def _parsed_ids(self, line: bytes) -> list[Key]:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return []
+        ids = []
+        for item in message if isinstance(message, list) else [message]:
+            if isinstance(item, dict) and "id" in item and ("method" in item) == self._requests:
+                ids.append(_canonical_id(item["id"]))
+        return ids
+
+
+class _Outstanding:
+    """Ids of the requests the host sent that the app has not answered yet.
+
+    Each pump thread finds the ids in its bytes before passing them on (no lock held: each
+    direction has its own `_Lines`), and records them here. Only the drain waits for the set
+    to empty; answers notify only while it waits."""
+
+    def __init__(self) -> None:
+        self._ids: set[Key] = set()
+        self._cond = threading.Condition()
+        self._waiting = False
+        self.from_host = _Lines(requests=True)
+        self.from_app = _Lines(requests=False)
+
     def host_sent(self, data: bytes) -> None:
-        asked = self._line_ids(self._from_host, data, requests=True)
-        if asked:
-            with self._cond:
-                self._ids.update(asked)
+        self.asked(self.from_host.ids(data))
 
     def app_sent(self, data: bytes) -> None:
-        answered = self._line_ids(self._from_app, data, requests=False)
-        if answered:
+        self.answered(self.from_app.ids(data))
+
+    def asked(self, ids: list[Key]) -> None:
+        if ids:
             with self._cond:
-                self._ids.difference_update(answered)
-                self._cond.notify_all()
+                self._ids.update(ids)
+
+    def answered(self, ids: list[Key]) -> None:
+        if ids:
+            with self._cond:
+                self._ids.difference_update(ids)
+                if self._waiting:
+                    self._cond.notify_all()
 
     def wake(self) -> None:
         with self._cond:
@@ -679,11 +735,15 @@ class _Outstanding:
 
     def wait_empty(self, deadline: float, stop: threading.Event) -> None:
         with self._cond:
-            while self._ids and not stop.is_set():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return
-                self._cond.wait(remaining)
+            self._waiting = True
+            try:
+                while self._ids and not stop.is_set():
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return
+                    self._cond.wait(remaining)
+            finally:
+                self._waiting = False
 
 
 O_BINARY = 0x8000  # <fcntl.h> of the Microsoft C runtime (os.O_BINARY on Windows)
@@ -736,12 +796,13 @@ def pump(conn: Connection, drain_timeout: float, stdin_fd: int = 0, stdout_fd: i
             if not data:
                 app_closed.set()
                 break
+            answered = outstanding.from_app.ids(data)  # before the host can send more
             try:
                 _write_all(stdout_fd, data)
             except OSError:
                 host_gone.set()
                 break
-            outstanding.app_sent(data)
+            outstanding.answered(answered)  # once written: the drain may end after it
         changed.set()
         outstanding.wake()
 

@@ -28,7 +28,7 @@ def chunks(data: bytes, size: int) -> list[bytes]:
 
 
 def pending(outstanding: _Outstanding) -> set[str]:
-    return set(outstanding._ids)
+    return {key.decode() for key in outstanding._ids}
 
 
 def test_requests_in_every_shape_and_chunking_are_tracked_until_answered() -> None:
@@ -56,4 +56,30 @@ def test_requests_in_every_shape_and_chunking_are_tracked_until_answered() -> No
             outstanding.app_sent(piece)
         assert pending(outstanding) == {"4"}
         outstanding.app_sent(answer(4))
+        assert pending(outstanding) == set()
+
+
+def test_one_id_written_two_ways_is_one_id() -> None:
+    """The app answers with its own spelling of an id (pydantic's): an escaped string, a
+    non-ASCII one, `-0`, an id in a line of another shape; each answer settles its request."""
+    host = (
+        b'{"jsonrpc":"2.0","id":"\\u00e9t\\u00e9","method":"ping"}\n'  # escaped
+        + sdk_request("日本")  # raw UTF-8
+        + b'{"jsonrpc":"2.0","id":-0,"method":"ping"}\n'
+        + line({"id": "x y", "method": "ping", "jsonrpc": "2.0"}, ensure_ascii=True)
+        + b'{"jsonrpc":"2.0","id":007,"method":"ping"}\n'  # not JSON: nothing to answer
+    )
+    for size in (1, 5, len(host)):
+        outstanding = _Outstanding()
+        for piece in chunks(host, size):
+            outstanding.host_sent(piece)
+        assert pending(outstanding) == {'"été"', '"日本"', "0", '"x y"'}
+        app = (
+            line({"jsonrpc": "2.0", "id": "été", "result": {}}, ensure_ascii=False)
+            + answer("日本")  # written with escapes by json.dumps
+            + answer(0)
+            + b'{"jsonrpc":"2.0","id":"x y","result":{}}\n'
+        )
+        for piece in chunks(app, size):
+            outstanding.app_sent(piece)
         assert pending(outstanding) == set()
