@@ -606,6 +606,26 @@ def _task_cpu(task: Path) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def scheduling(pid: int) -> tuple[float, float, int]:
+    """User CPU seconds, kernel CPU seconds and context switches (voluntary and not) of every
+    live thread of `pid`."""
+    user = kernel = 0.0
+    switches = 0
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            status = (task / "status").read_text()
+        except OSError:
+            continue
+        user += int(fields[11]) / tick
+        kernel += int(fields[12]) / tick
+        switches += sum(
+            int(line.split()[1]) for line in status.splitlines() if "ctxt_switches" in line
+        )
+    return user, kernel, switches
+
+
 TRAY_APP: Final = """import sys
 from PySide6.QtWidgets import QSystemTrayIcon
 QSystemTrayIcon.isSystemTrayAvailable = staticmethod(lambda: True)
@@ -629,6 +649,8 @@ class _AppWatch:
         self.load = load_average()
         self.cpu_before = cpu_seconds(pid)
         self.threads_before = thread_cpu_seconds(pid)
+        self.scheduling_before = scheduling(pid)
+        self.scheduling = (0.0, 0.0, 0)  # user s, kernel s, context switches in the window
         self.began = time.monotonic()
         self.cpu = 0.0
         self.deferred = 0.0  # CPU after the last worker finished
@@ -652,6 +674,9 @@ class _AppWatch:
         self.cpu = cpu_seconds(self.pid) - self.cpu_before
         self.deferred = self.cpu - (ended - self.cpu_before)
         after = thread_cpu_seconds(self.pid)
+        now = scheduling(self.pid)
+        user, kernel, switches = (a - b for a, b in zip(now, self.scheduling_before, strict=True))
+        self.scheduling = (user, kernel, int(switches))
         self.threads = {
             name: used - self.threads_before.get(name, 0.0) for name, used in after.items()
         }
@@ -731,7 +756,13 @@ def print_app(by_tree: dict[str, dict[int, dict[str, Any]]], counts: list[int]) 
                 ((k.split(":", 1)[1], v) for k, v in r.items() if k.startswith("app_thread")),
                 key=lambda item: -item[1],
             )
-            print("      app threads, ms/call: " + ", ".join(f"{k} {v:.3f}" for k, v in threads))
+            print(
+                "      app threads, ms/call: "
+                + ", ".join(f"{k} {v:.3f}" for k, v in threads)
+                + f"; user {r['app_user_ms_per_call']:.3f}, kernel"
+                f" {r['app_kernel_ms_per_call']:.3f}; context switches per call"
+                f" {r['app_switches_per_call']:.2f}"
+            )
             rounds = ", ".join(f"{x:.3f}" for x in r["rounds_app_cpu_ms_per_call"])
             print(
                 f"      app less idle {r['app_cpu_less_idle_ms_per_call']:.3f}, of it after the"
@@ -831,6 +862,9 @@ def app_clients(
                         w.cpu * 1000 - idle[name] * w.seconds
                     ) / calls
                     row["app_deferred_ms_per_call"] = w.deferred * 1000 / calls
+                    row["app_user_ms_per_call"] = w.scheduling[0] * 1000 / calls
+                    row["app_kernel_ms_per_call"] = w.scheduling[1] * 1000 / calls
+                    row["app_switches_per_call"] = w.scheduling[2] / calls
                     for thread, used in w.threads.items():
                         if used > 0:
                             row[f"app_thread_ms_per_call:{thread}"] = used * 1000 / calls

@@ -18,7 +18,9 @@ and session objects, anyio streams and `to_thread`):
    (`INLINE_TOOLS`) that is alone (the session has nothing else in flight and no further
    bytes read, and the transport says no other session could be held up: `inline`), on the
    loop itself, answered at once: no thread hand-off either way, which is most of what the
-   path costs beyond the call (see "One call alone" below);
+   path costs beyond the call (see "One call alone" below); any other write on the writer
+   thread (`_Writer`: the writes of every session in turn, made durable together by one sync
+   thread, a few thread wake-ups per fsync rather than several per write);
 4. the result shaped by the SDK's own serialiser (`ServerRunner._serialize`: the per-version
    sieve, `resultType` and the `serverInfo` stamp of the modern era), computed once per
    protocol version and error flag with a marker text and then filled per call, and the
@@ -67,6 +69,7 @@ from mcp.shared.inbound import InboundLadderRejection, classify_inbound_request
 from mcp_types import methods as _methods
 
 from convmem_engine.mcp.envelope import call_tool_result
+from convmem_engine.service.memory_service import DEFERRED_DURABILITY
 from convmem_engine.tools import ToolRegistry, ToolResult
 
 logger = logging.getLogger(__name__)
@@ -190,6 +193,110 @@ def _pool() -> _CallPool:
         if _POOL is None:
             _POOL = _CallPool(POOL_THREADS)
         return _POOL
+
+
+WRITER_BATCH: Final = 64
+"""Writes the writer thread takes at once at most."""
+
+WriteJob = tuple["FastCallSession", "FastCall", contextvars.Context]
+Finishing = tuple[list[Callable[[], None]], WriteJob]
+"""A write stored and indexed, and what is left of it (its fsync, its change event)."""
+
+
+def _drain(jobs: queue.SimpleQueue[Any], first: Any) -> list[Any]:
+    """`first` and whatever else is queued, at most `WRITER_BATCH`."""
+    batch = [first]
+    while len(batch) < WRITER_BATCH:
+        try:
+            batch.append(jobs.get_nowait())
+        except queue.Empty:
+            break
+    return batch
+
+
+class _Writer:
+    """Two threads for the writes (`INLINE_TOOLS`) that cannot run on their session's loop.
+
+    The writer thread takes every write queued so far (in arrival order) and runs each with
+    its durability deferred (`DEFERRED_DURABILITY`: stored and indexed; its fsync and change
+    event left for later), then hands them to the sync thread and goes on with the next
+    writes. The sync thread takes every stored write handed over so far and makes them durable
+    together (the first `store.sync` covers every record appended before it; the others find
+    theirs done), publishes their change events, each in its own call's context, and hands the
+    answers back to each loop at once. A write whose fsync failed is answered with that error,
+    as it would be alone. While one batch waits for the disk, the next one is stored: the
+    overlap a worker thread per write had, with none of its cost per write.
+
+    Against a worker thread per write waiting in `store.sync`'s group commit, the same shared
+    fsyncs cost a few thread wake-ups per batch instead of a thread hand-off, a
+    condition-variable wait and a loop wake-up per write, and many threads taking turns at the
+    GIL."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[WriteJob] = queue.SimpleQueue()
+        self._stored: queue.SimpleQueue[list[Finishing]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._started = False
+
+    def submit(self, job: WriteJob) -> None:
+        if not self._started:
+            with self._lock:
+                if not self._started:
+                    for target, name in ((self._write, "writer"), (self._sync, "sync")):
+                        thread = threading.Thread(target=target, name=f"convmem-{name}")
+                        thread.daemon = True
+                        thread.start()
+                    self._started = True
+        self._jobs.put(job)
+
+    def _write(self) -> None:
+        while True:
+            batch: list[WriteJob] = _drain(self._jobs, self._jobs.get())
+            stored: list[Finishing] = []
+            for job in batch:
+                session, call, context = job
+                deferred: list[Callable[[], None]] = []
+                try:
+                    context.run(session._answer_deferred, call, deferred)
+                except BaseException:  # never lose the thread or a call (it is answered)
+                    logger.exception("fast call writer raised")
+                stored.append((deferred, job))
+            self._stored.put(stored)
+
+    def _sync(self) -> None:
+        while True:
+            stored: list[Finishing] = [
+                item for items in _drain(self._stored, self._stored.get()) for item in items
+            ]
+            by_loop: dict[asyncio.AbstractEventLoop, list[tuple[FastCallSession, FastCall]]] = {}
+            for deferred, (session, call, context) in stored:
+                for finish in deferred:
+                    try:
+                        context.run(finish)
+                    except Exception as exc:  # not durable: the call's answer is this error
+                        call.line = session._failed(call, exc)
+                        break
+                by_loop.setdefault(session.loop, []).append((session, call))
+            for loop, done in by_loop.items():
+                with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+                    loop.call_soon_threadsafe(_done_all, done)
+
+
+def _done_all(done: list[tuple[FastCallSession, FastCall]]) -> None:
+    for session, call in done:
+        session._done(call)
+
+
+_WRITER_LOCK = threading.Lock()
+_WRITER: _Writer | None = None
+
+
+def _writer() -> _Writer:
+    global _WRITER
+    with _WRITER_LOCK:
+        if _WRITER is None:
+            _WRITER = _Writer()
+        return _WRITER
 
 
 # ---- one session ---------------------------------------------------------------------------
@@ -382,12 +489,16 @@ class FastCallSession:
         return FastCall(request_id, key, version, modern, name, arguments, params)
 
     def start(self, call: FastCall) -> None:
-        """Run `call` (already counted as pending by the session) in a worker thread."""
+        """Run `call` (already counted as pending by the session) in another thread: a write
+        on the writer thread (`_Writer`), any other call in a worker thread."""
         self.in_flight[call.key] = call
         self.running += 1
         self.idle.clear()
         context = contextvars.copy_context()  # the session's context: who is calling
-        _pool().submit(lambda: context.run(self._run, call))
+        if call.name in INLINE_TOOLS:
+            _writer().submit((self, call, context))
+        else:
+            _pool().submit(lambda: context.run(self._run, call))
 
     def may_inline(self, call: FastCall) -> bool:
         """Whether `call`, alone in its session, may be served on the loop (`serve_inline`)."""
@@ -416,12 +527,24 @@ class FastCallSession:
         self._answer(call)
         return lambda: self._hand_back(call)
 
+    def _answer_deferred(self, call: FastCall, deferred: list[Callable[[], None]]) -> None:
+        """`_answer` with the call's durability left in `deferred` (the writer thread)."""
+        DEFERRED_DURABILITY.set(deferred)  # in the call's own context: nothing else sees it
+        self._answer(call)
+
     def _answer(self, call: FastCall) -> None:
         try:
             result = self.registry.result(call.name, call.arguments)
             call.line = self._response(call, result)
         except Exception as exc:
             call.line = self._failure(call, exc)
+
+    def _failed(self, call: FastCall, exc: Exception) -> bytes:
+        """The answer to `call` when making it durable raised `exc` (the writer's sync)."""
+        try:
+            return self._response(call, self.registry.failure(call.name, exc))
+        except Exception as failure:
+            return self._failure(call, failure)
 
     def _hand_back(self, call: FastCall) -> None:
         with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits for it any more

@@ -20,9 +20,11 @@ The indexes, their background search build and their failure bookkeeping are the
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import Any, Final
 
 from convmem_engine.domain import limits
@@ -54,7 +56,18 @@ _RESULTS_RESERVE: Final = len('{"results":[]}')
 ALL_RELATION_TYPES: Final = frozenset(RELATION_TYPES)
 NO_FILTERS: Final = SearchFilters()
 
-__all__ = ["BACKGROUND_SEARCH_FROM", "MemoryService"]
+__all__ = ["BACKGROUND_SEARCH_FROM", "DEFERRED_DURABILITY", "MemoryService"]
+
+DEFERRED_DURABILITY: Final[contextvars.ContextVar[list[Callable[[], None]] | None]] = (
+    contextvars.ContextVar("convmem_deferred_durability", default=None)
+)
+"""Set (to a list) by a caller that makes several changes durable together: one thread running
+the writes of many hosts in turn (mcp/fast_call.py's writer). A write, update or delete then
+returns once its record is appended and indexed, and appends to the list what is left of it:
+waiting for its fsync (`store.sync`, shared by every record appended before), then publishing
+its change event. The caller must run each (in the change's context) before it answers the
+call, and answer with the error one raises instead: the answer still only says "stored" once
+the change is durable. Unset, as for every other caller, each change waits for itself."""
 
 
 class MemoryService:
@@ -244,6 +257,13 @@ class MemoryService:
                 raise ValidationError(f"{at}: must refer to a live message")
 
     def _finish(self, seq: int, event: ChangeEvent) -> None:
+        deferred = DEFERRED_DURABILITY.get()
+        if deferred is not None:
+            deferred.append(partial(self._durable, seq, event))
+            return
+        self._durable(seq, event)
+
+    def _durable(self, seq: int, event: ChangeEvent) -> None:
         self._store.sync(seq)
         self._events.publish(event)
 

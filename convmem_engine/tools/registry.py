@@ -156,15 +156,21 @@ class ToolRegistry:
         spec, context = self._entry(name)
         try:
             value = spec.handler(context, validate_arguments(spec, arguments))
-        except ConvMemError as error:
-            return ToolResult(error_text(spec, error), is_error=True)
         except Exception as exc:
-            return _unexpected(spec, exc)
+            return self.failure(name, exc)
         if spec.result_style == "json":
             return ToolResult(result_json(value), is_error=False)
         if not isinstance(value, str):
             return _unexpected(spec, TypeError("a text tool returned no text"))
         return ToolResult(value, is_error=False)
+
+    def failure(self, name: str, exc: Exception) -> ToolResult:
+        """The answer `result` gives when tool `name`'s handler raises `exc`: the application
+        error, or INTERNAL_ERROR for an unexpected exception (logged by type only)."""
+        spec = self._entry(name)[0]
+        if isinstance(exc, ConvMemError):
+            return ToolResult(error_text(spec, exc), is_error=True)
+        return _unexpected(spec, exc)
 
 
 def validate_arguments(spec: ToolSpec[Any], arguments: Mapping[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextvars
+import errno
 import json
 import re
 import threading
@@ -27,7 +29,8 @@ import pytest
 import ulid
 
 from convmem_engine.mcp import build_server, fast_call, serve_chunks
-from convmem_engine.service import MemoryService
+from convmem_engine.service import ChangeEvent, MemoryService
+from convmem_engine.storage import FileSystem
 from convmem_engine.tools import Annotations, Param, Text, ToolRegistry, ToolSpec
 
 FIXED_MS = 1_790_000_000_000
@@ -579,3 +582,124 @@ def test_a_failing_write_on_the_loop_answers_as_on_a_thread(
     assert failed["id"] == 5 and failed["result"]["isError"] is True
     assert "disk on fire" not in out[True][-2]
     assert "inline:write_message" in spy and "write_message" in spy
+
+
+class GatedFsync(FileSystem):
+    """fsync that waits for `release` (set by default), counts itself, and fails while `fail`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Semaphore(0)
+        self.release = threading.Event()
+        self.release.set()
+        self.fail = False
+        self.fsyncs = 0
+
+    def fsync(self, fd: int) -> None:
+        self.fsyncs += 1  # one fsync at a time (the store's group commit)
+        self.entered.release()
+        self.release.wait(30)
+        if self.fail:
+            raise OSError(errno.EIO, "injected fsync failure")
+        super().fsync(fd)
+
+
+WHO: contextvars.ContextVar[str] = contextvars.ContextVar("who", default="nobody")
+
+
+async def host_sessions(server: Any, count: int) -> tuple[list[Session], list[asyncio.Task[None]]]:
+    """`count` line sessions, each in its own task with `WHO` set in its context (as the
+    runtime sets each session's client), initialised."""
+    sessions, tasks = [], []
+    for h in range(count):
+        session = Session(server)
+
+        async def run(session: Session = session, who: str = f"host{h}") -> None:
+            WHO.set(who)
+            await session.run()
+
+        tasks.append(asyncio.get_running_loop().create_task(run()))
+        session.put(INIT)
+        await session.answer(0)
+        sessions.append(session)
+    return sessions, tasks
+
+
+def write_call(request_id: int, session_id: str) -> bytes:
+    arguments = {"session_id": session_id, "role": "user", "content": f"m{request_id}"}
+    return call(request_id, "write_message", arguments)
+
+
+def test_writes_of_several_sessions_are_answered_once_durable_and_share_fsyncs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spy: list[str]
+) -> None:
+    """Writes that may not run on the loop go to the writer thread: stored in turn, made
+    durable together, answered only after their fsync, and each change event published
+    after it in the writing session's context."""
+    monkeypatch.setenv(fast_call.ENV_SWITCH, "1")
+    fs = GatedFsync()
+    events: list[tuple[str, str | None, int]] = []
+    with MemoryService.open(tmp_path / "data", fs=fs) as service:
+
+        def on_change(event: ChangeEvent) -> None:
+            events.append((WHO.get(), event.session_id, fs.fsyncs))
+
+        service.subscribe(on_change)
+        server = build_server(service)
+
+        async def scenario() -> None:
+            hosts, tasks = await host_sessions(server, 3)
+            fs.release.clear()
+            before = fs.fsyncs
+            for h, session in enumerate(hosts):
+                session.put(write_call(1, f"s{h}") + write_call(2, f"s{h}"))
+            await anyio.to_thread.run_sync(fs.entered.acquire)  # the first fsync waits
+            await asyncio.sleep(0.2)  # the other writes are stored meanwhile
+            assert not any(s.answers.keys() & {1, 2} for s in hosts)
+            assert events == []  # nothing published before its fsync
+            fs.release.set()
+            for session in hosts:
+                for i in (1, 2):
+                    assert (await session.answer(i))["result"]["isError"] is False
+                session.put(b"")
+            await asyncio.gather(*tasks)
+            assert fs.fsyncs - before < 6  # shared
+            assert sorted((who, sid) for who, sid, _ in events) == [
+                (f"host{h}", f"s{h}") for h in range(3) for _ in (1, 2)
+            ]
+            assert all(seen > before for _, _, seen in events)
+
+        anyio.run(scenario)
+    assert spy == ["write_message"] * 6
+
+
+def test_writes_whose_fsync_fails_are_answered_with_the_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed fsync fails every write it was to make durable, in every session, as it fails
+    a write alone: IO_ERROR, no change event; the sessions go on."""
+    monkeypatch.setenv(fast_call.ENV_SWITCH, "1")
+    fs = GatedFsync()
+    events: list[ChangeEvent] = []
+    with MemoryService.open(tmp_path / "data", fs=fs) as service:
+        service.subscribe(events.append)
+        server = build_server(service)
+
+        async def scenario() -> None:
+            hosts, tasks = await host_sessions(server, 2)
+            fs.fail = True
+            for h, session in enumerate(hosts):
+                session.put(write_call(1, f"s{h}") + write_call(2, f"s{h}"))
+            for session in hosts:
+                for i in (1, 2):
+                    result = (await session.answer(i))["result"]
+                    assert result["isError"] is True
+                    error = json.loads(result["content"][0]["text"])["error"]
+                    assert error["code"] == "IO_ERROR"
+                session.put(request(3, "ping"))
+                await session.answer(3)
+                session.put(b"")
+            await asyncio.gather(*tasks)
+
+        anyio.run(scenario)
+    assert events == []
