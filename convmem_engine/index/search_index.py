@@ -100,6 +100,7 @@ _LOW: Final = 0xFFFF  # the low bits of a document number (its place in its cont
 _ONE_DOC: Final = sys.getsizeof(array("I", [0]))  # a new plain list of one document
 _H_EMPTY: Final = array("H").__sizeof__()  # an array's `__sizeof__` without its buffer
 _I_EMPTY: Final = array("I").__sizeof__()
+_PAUSE_GRAMS: Final = 32  # add_many(pause=...): grams between pauses (~30-100 us of work)
 _START: Final = "\x02"  # edge-gram markers: field start / field end
 _END: Final = "\x03"
 _WORD: Final = "\x01"  # word-boundary gram marker (see `_word_grams`)
@@ -768,7 +769,9 @@ class SearchIndex:
                 p.append(doc)
                 self._counted += nbytes(p)
 
-    def add_many(self, messages: Sequence[Message]) -> None:
+    def add_many(
+        self, messages: Sequence[Message], pause: Callable[[], object] | None = None
+    ) -> None:
         """Index `messages` (none indexed yet, no id twice; else ValueError and nothing
         changed): exactly the index `add` of each in order gives (the same tables, lists and
         layouts: tests/index/test_search_batch.py), for less work. The grams of the whole
@@ -777,7 +780,9 @@ class SearchIndex:
         instead of one per gram and message. A list whose layout would change on the way (a
         plain list reaching `BIG`, a container changing kind or a new container) takes them
         one by one through the very steps `add` uses. The service applies its queued writes
-        with this (service/index_set.py)."""
+        with this (service/index_set.py). `pause`, if given, is called between steps of about
+        `_PAUSE_GRAMS` grams (the service's background flush lets another thread run there;
+        nothing may read or change the index meanwhile)."""
         docs = self._docs
         seen: set[str] = set()
         for msg in messages:
@@ -792,9 +797,17 @@ class SearchIndex:
             grams, singles = _grams(msg)
             deque(map(list.append, map(get_local, grams), repeat(doc)), maxlen=0)
             self._add_singles(singles, doc)
+            if pause is not None:
+                pause()
         post = self._post
         grown = 0  # bytes the posting lists grew by (`_counted`)
+        step = 0
         for g, new in local.items():
+            if pause is not None:
+                step += 1
+                if step == _PAUSE_GRAMS:
+                    step = 0
+                    pause()
             m = len(new)
             p = post.get(g)
             if p is None:

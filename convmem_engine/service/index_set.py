@@ -5,17 +5,24 @@ counted by the store itself: `StoreStats.memory`.)
 The store is the truth; everything here can be rebuilt from its live messages. Locking is the
 owner's (MemoryService's readers/writer lock, given here for the background builder):
 `build`, `add`, `remove`, `replace` and `apply` need it held for writing, the readers
-(`search`, `memory_bytes`, the properties) for reading; `flush` either.
+(`search`, `search_index_bytes`, the properties) for reading; `flush` either. The search
+index itself is guarded by `_search_lock` besides (taken here, inside the service's lock, never
+the other way round).
 
 Search-index changes leave the write path: `add`, `remove` and `replace` update the history
-and relation indexes at once but only queue the search index's change (`_search_pending`);
-`flush` applies the queue in order (runs of adds as one `SearchIndex.add_many` batch) before
-every read of the search index (`search`, `search_index_bytes`, `persistable`, the
-service's health and check), so a search finds every write acknowledged before it; a
-background thread flushes it `flush_delay` seconds after a first change is queued (at once
-from `flush_bound` changes), a chunk of ~FLUSH_HOLD seconds per hold of the read lock; a
-writer flushes it itself at `FLUSH_LIMIT`. docs/semantics.md, "Concurrency and events",
-says why this is safe under the read lock.
+and relation indexes at once but only queue the search index's change (`_search_pending`).
+A search reads the index as it is plus the queued messages themselves (`search`: the index's
+hits without the queued ids, merged with a scan of their queued versions: the same results as
+after applying the queue), so a search finds every write acknowledged before it without
+paying for the queue. The queue is applied in order (runs of adds as one
+`SearchIndex.add_many` batch) by a background thread `flush_delay` seconds after a first
+change is queued (at once from `flush_bound` changes), before the other reads of the search
+index (`search_index_bytes`, `persistable`, the service's health and check: `flush`), and by a
+writer at `FLUSH_LIMIT`. The background flush holds only `_search_lock` (the index's own
+readers/writer lock, which searches share), never the service's lock: a write never waits for
+it; and it lets go of the GIL every FLUSH_SLICE seconds of work (`_pauser`), so a write
+arriving meanwhile waits about that long, not for the whole batch. docs/semantics.md,
+"Concurrency and events", says why this is safe.
 
 Background search build: a store of at least `background_search_from` messages gets its
 search index built on a thread; until it is ready, `search` scores the live messages directly
@@ -58,14 +65,23 @@ meanwhile: one batch). docs/benchmarks.md, "Search-index updates off the write p
 FLUSH_BOUND: Final = 64
 """Queued changes that start the background flush at once."""
 FLUSH_HOLD: Final = 0.002
-"""Seconds of work the background flush aims at per hold of the read lock (a writer waits
-for one chunk at most, then the flush lets it in): its chunk is sized from the time the last
-one took per change, between FLUSH_CHUNK_MIN and FLUSH_CHUNK_MAX changes."""
+"""Seconds of CPU the background flush aims at per batch (per hold of `_search_lock`: a
+search waits for one batch at most; writes never wait for it): its batch is sized from the
+CPU time the last one took per change, between FLUSH_CHUNK_MIN and FLUSH_CHUNK_MAX changes."""
 FLUSH_CHUNK_MIN: Final = 4
 FLUSH_CHUNK_MAX: Final = 64
 FLUSH_LIMIT: Final = 4096
 """Queued changes at which the writer applies them itself (while the background flush cannot
-get in, e.g. a stream of writers): the queue's memory stays bounded."""
+keep up): the queue's memory stays bounded."""
+FLUSH_SLICE: Final = 0.0002
+"""Seconds of work the background flush does between two yields of the GIL (`_pauser`): a
+thread that wants it meanwhile waits about this long, instead of the whole batch or the
+interpreter's 5 ms switch interval. docs/benchmarks.md, "The background flush and write p99"."""
+FLUSH_YIELD: Final = 0.0
+"""Seconds the background flush sleeps at each yield: 0 is enough (measured): the sleep's
+system call lets the thread waiting for the GIL take it, and costs nothing when none does.
+(A GIL release without a system call, e.g. a C call that drops it, is not: the flush takes it
+back before the waiter runs, and the waiter waits again, up to 5 ms or more.)"""
 
 log = logging.getLogger(__name__)
 
@@ -99,12 +115,67 @@ def _not_rebuilt_after(what: str, exc: Exception) -> str:
     )
 
 
+def _pauser() -> Callable[[], None]:
+    """The background flush's `pause`: once FLUSH_SLICE seconds have passed since the last
+    one, sleep FLUSH_YIELD seconds: a thread waiting for the GIL (a write arriving, its fsync
+    returning) takes it there."""
+    clock = time.perf_counter
+    due = clock() + FLUSH_SLICE
+
+    def pause() -> None:
+        nonlocal due
+        if clock() >= due:
+            time.sleep(FLUSH_YIELD)
+            due = clock() + FLUSH_SLICE
+
+    return pause
+
+
+def _latest(changes: list[Change]) -> dict[str, Message | None]:
+    """Each message id the queued `changes` touch, with its value after them (None: removed)."""
+    latest: dict[str, Message | None] = {}
+    for op, msg, new in changes:
+        if op == "add":
+            latest[msg.message_id] = msg
+        elif op == "remove":
+            latest[msg.message_id] = None
+        else:
+            assert new is not None
+            latest[msg.message_id] = None
+            latest[new.message_id] = new
+    return latest
+
+
+def _merged(
+    hits: list[SearchHit],
+    messages: Mapping[str, Message],
+    extra: list[SearchHit],
+    queued: Mapping[str, Message],
+    limit: int,
+) -> list[SearchHit]:
+    """The best `limit` of two hit lists over disjoint messages (`hits` of `messages`, `extra`
+    of `queued`), under the index's key: score, importance, timestamp, message_id, all desc."""
+    keyed: list[tuple[tuple[float, int, int, str], SearchHit]] = []
+    for source, values in ((hits, messages), (extra, queued)):
+        for hit in source:
+            msg = values[hit.message_id]
+            key = (hit.score, msg.metadata.importance, msg.timestamp, hit.message_id)
+            keyed.append((key, hit))
+    keyed.sort(key=lambda kh: kh[0], reverse=True)
+    return [hit for _, hit in keyed[:limit]]
+
+
 def _apply_search_changes(
-    index: SearchIndex, changes: list[Change], batch_from: int = BATCH_FROM
+    index: SearchIndex,
+    changes: list[Change],
+    batch_from: int = BATCH_FROM,
+    pause: Callable[[], None] | None = None,
 ) -> None:
     """Apply `changes` ("add", "remove" or "replace" `msg` by `new`) to a search index, in
     order: each run of adds as one batch (`SearchIndex.add_many`) once the index holds
-    `batch_from` messages (one by one below: see BATCH_FROM), the others one by one."""
+    `batch_from` messages (one by one below: see BATCH_FROM), the others one by one.
+    `pause` (the background flush's, `_pauser`) is called between changes and within a
+    batch."""
     i = 0
     n = len(changes)
     while i < n:
@@ -118,16 +189,20 @@ def _apply_search_changes(
             elif len(index) < batch_from:
                 for change in changes[i:j]:
                     index.add(change[1])
+                    if pause is not None:
+                        pause()
             else:
-                index.add_many([c[1] for c in changes[i:j]])
+                index.add_many([c[1] for c in changes[i:j]], pause)
             i = j
-            continue
-        if op == "remove":
-            index.remove(msg)
         else:
-            assert new is not None
-            index.replace(msg, new)
-        i += 1
+            if op == "remove":
+                index.remove(msg)
+            else:
+                assert new is not None
+                index.replace(msg, new)
+            i += 1
+        if pause is not None:
+            pause()
 
 
 def _snapshot_of(
@@ -183,10 +258,16 @@ class IndexSet:
         self._live = live
         self._flush_delay = flush_delay
         self._flush_bound = flush_bound
-        # The search-index changes not applied yet (`flush`), in order. Appended to by writers
-        # (write lock held); applied holding the lock (either mode) and `_flush_mutex`.
+        # The search-index changes not applied yet, in order. Appended to by writers (the
+        # service's write lock held); taken off the front only once applied, holding
+        # `_search_lock` for writing (the background flush: that lock alone).
         self._search_pending: list[Change] = []
-        self._flush_mutex = threading.Lock()
+        # Guards the search index's contents and the queue's front: searches read (the index
+        # and the queue as one state), applying, replacing or rebuilding the index writes.
+        self._search_lock = RWLock()
+        # A background batch that failed part-way (the index may hold part of it): what it was
+        # and why; the next `flush` (holding the service's lock) rebuilds the index.
+        self._search_stale: tuple[str, Exception] | None = None
         self._flush_kick = threading.Event()  # a first change is queued
         self._flush_full = threading.Event()  # flush_bound changes are queued
         self._flusher: threading.Thread | None = None
@@ -217,8 +298,20 @@ class IndexSet:
         `saved` (at open): loads the search index of exactly these messages from disk, or
         gives None (then it is built by adding them; see search_persist.py)."""
         _build_history_and_relations(self.history, self.relations, messages)
+        with self._search_lock.write():
+            self._build_search_index(messages, background=background, saved=saved)
+
+    def _build_search_index(
+        self,
+        messages: Mapping[str, Message],
+        *,
+        background: bool,
+        saved: Callable[[], SearchIndex | None] | None,
+    ) -> None:
+        """`build`'s search part, holding `_search_lock` for writing."""
         self.search_index = self._new_search_index()
         self._search_error = ""
+        self._search_stale = None
         self._search_pending = []  # every change queued so far is in `messages`
         if background and len(messages) >= self._background_search_from:
             self._search_ready.clear()
@@ -266,7 +359,7 @@ class IndexSet:
             else:
                 loaded = saved() if saved is not None else None
             if not error and loaded is None:
-                with self._lock.write():
+                with self._lock.write(), self._search_lock.write():
                     if index is not self.search_index:
                         return  # replaced meanwhile (see below)
                     ids, source = _snapshot_of(live)  # only the iterator holds the snapshot
@@ -277,7 +370,7 @@ class IndexSet:
         except Exception as e:  # reported by search; rebuild_index recovers
             log.exception("search index build failed")
             error = f"search index: build failed ({type(e).__name__})"
-        with self._lock.write():
+        with self._lock.write(), self._search_lock.write():
             if index is not self.search_index:
                 # Replaced meanwhile (the indexes were rebuilt after a failed update): the
                 # new index is complete and ready; this one is dropped.
@@ -398,47 +491,44 @@ class IndexSet:
 
     # -- applying the queued search-index changes ---------------------------------------------
 
-    def flush(self, limit: int | None = None) -> None:
-        """Apply the queued search-index changes (the first `limit` of them, default all) to
-        the search index, once it is ready (a background build applies them itself). The
-        caller holds the lock, in either mode.
+    def flush(self) -> None:
+        """Apply every queued search-index change to the search index, once it is ready (a
+        background build applies them itself). The caller holds the service's lock, in either
+        mode (no writer queues meanwhile, and the live messages stay as they are for a
+        rebuild); this takes `_search_lock` for writing, after any background batch.
 
-        Safe under the read lock: no writer can queue a change while any reader holds it, and
-        the index is only changed holding `_flush_mutex`. Every reader of the search index
-        calls this first (with no limit), so once one has, the queue is empty until the read
-        lock is released, and no flush changes the index while another reader reads it.
-
-        A failure (e.g. MemoryError) may leave the index holding part of the batch: it is
-        rebuilt from the store's live messages, and the failure kept as `error` (health
-        DEGRADED) until `rebuild`; when that rebuild fails too the indexes are `broken`, as
-        when an inline update failed (`apply`)."""
-        # A queue seen empty here is applied: changes leave it only once they are in the
-        # index (and none join it while the caller holds the lock).
-        if not self._search_pending or not self._search_ready.is_set():
+        A failure (e.g. MemoryError), here or in a background batch, may leave the index
+        holding part of the batch: it is rebuilt from the store's live messages, and the
+        failure kept as `error` (health DEGRADED) until `rebuild`; when that rebuild fails too
+        the indexes are `broken`, as when an inline update failed (`apply`)."""
+        if not self._search_ready.is_set():
             return
-        with self._flush_mutex:
+        if not self._search_pending and self._search_stale is None:
+            return
+        with self._search_lock.write():
+            if not self._search_ready.is_set():
+                return
             pending = self._search_pending
-            if not pending or not self._search_ready.is_set():
+            if self._search_stale is not None:  # a background batch failed part-way
+                what, exc = self._search_stale
+                self._rebuild_search_after(what, exc)
+                return
+            if not pending:
                 return
             if self._search_error or self._broken:  # an unusable index: rebuild_index
-                self._search_pending = []  # builds it from the store
+                del pending[:]  # builds it from the store
                 return
-            whole = limit is None or limit >= len(pending)
-            batch = pending if whole else pending[:limit]
             try:
-                _apply_search_changes(self.search_index, batch)
+                _apply_search_changes(self.search_index, pending)
             except Exception as exc:
-                self._rebuild_search_after(_WHAT[batch[0][0]], exc)
+                self._rebuild_search_after(_WHAT[pending[0][0]], exc)
                 return
-            if whole:
-                self._search_pending = []
-            else:
-                del pending[: len(batch)]
+            del pending[:]
 
     def _rebuild_search_after(self, what: str, exc: Exception) -> None:
-        """`flush` failed: a fresh search index of the live messages (the history and relation
-        indexes are updated inline: they are not affected). Holding the lock and the flush
-        mutex."""
+        """Applying queued changes failed: a fresh search index of the live messages (the
+        history and relation indexes are updated inline: they are not affected). Holding the
+        service's lock and `_search_lock` for writing."""
         log.error("index update after %s failed: %s", what, type(exc).__name__)
         try:
             if self._live is None:
@@ -452,14 +542,43 @@ class IndexSet:
             log.error("index rebuild after a failed update failed: %s", type(again).__name__)
             self._broken = True
             self._index_error = _not_rebuilt_after(what, again)
-        self._search_pending = []  # in the live messages (last: see `flush`)
+        self._search_stale = None
+        del self._search_pending[:]  # in the live messages
+
+    def _flush_batch(self, size: int) -> tuple[int, float]:
+        """The background flush's step: apply the first `size` queued changes, holding
+        `_search_lock` for writing (and not the service's lock: writers keep queueing
+        meanwhile, at the end of the queue). Returns how many it applied and the seconds it
+        took; (0, 0.0) when there is nothing it can apply (`flush` deals with the rest)."""
+        with self._search_lock.write():
+            pending = self._search_pending
+            if (
+                not pending
+                or not self._search_ready.is_set()
+                or self._search_stale is not None
+                or self._search_error
+                or self._broken
+            ):
+                return 0, 0.0
+            batch = pending[:size]
+            started = time.thread_time()
+            try:
+                _apply_search_changes(self.search_index, batch, pause=_pauser())
+            except Exception as exc:  # the index may hold part of it: `flush` rebuilds it
+                self._search_stale = (_WHAT[batch[0][0]], exc)
+                return 0, 0.0
+            del pending[: len(batch)]
+            return len(batch), time.thread_time() - started
 
     def _flush_loop(self) -> None:
         """The background flush: once a change is queued, wait `flush_delay` seconds (or until
-        `flush_bound` are queued), then apply the queue, a chunk per hold of the read lock (sized
-        from the last chunk's time per change to take about FLUSH_HOLD seconds: a writer
-        waiting for the lock gets it between chunks, as the lock prefers writers), yielding the
-        GIL between chunks."""
+        `flush_bound` are queued), then apply the queue a batch at a time (sized from the last
+        batch's CPU time per change to take about FLUSH_HOLD seconds), letting go of the GIL
+        every FLUSH_SLICE seconds within a batch (`_pauser`): a write arriving meanwhile gets
+        it within about that time, and never waits for the batch (the service's lock is not
+        held). What it cannot
+        apply (a failed batch to rebuild, an unusable index) is left to `flush`, called here
+        under the service's read lock."""
         chunk = FLUSH_CHUNK_MIN
         while True:
             self._flush_kick.wait()
@@ -472,17 +591,16 @@ class IndexSet:
             self._flush_full.clear()
             try:
                 while self._search_pending and self._search_ready.is_set():
-                    with self._lock.read():
-                        if self._broken:
-                            break
-                        n = min(chunk, len(self._search_pending))
-                        started = time.perf_counter()
-                        self.flush(n)
-                        spent = time.perf_counter() - started
-                    if n and spent > 0:
+                    if self._stopping:
+                        return
+                    n, spent = self._flush_batch(chunk)
+                    if not n:
+                        with self._lock.read():
+                            self.flush()
+                        break
+                    if spent > 0:
                         chunk = int(FLUSH_HOLD * n / spent)
                         chunk = max(FLUSH_CHUNK_MIN, min(FLUSH_CHUNK_MAX, chunk))
-                    time.sleep(0)
             except Exception:  # never expected (flush keeps its failures); keep flushing
                 log.exception("search index: background flush failed")
 
@@ -530,17 +648,42 @@ class IndexSet:
         """Ranked hits. No wait for a background build: under the read lock its state cannot
         change (the builder declares the index ready under the write lock). Until then every
         live message is scored directly: the same scoring, ranking and limit as the index.
-        The queued changes are applied first (`flush`): a search finds every write
-        acknowledged before it."""
-        self.flush()
+
+        The queued changes are not applied (that is the background flush's work): the index
+        is searched without the messages they touch, their queued values are scored directly
+        (`SearchIndex.scan`), and the two are merged under the index's key: exactly the hits
+        of the index with the queue applied (a search finds every write acknowledged before
+        it), for the cost of scoring the queued messages."""
+        while True:
+            with self._search_lock.read():
+                if self._search_stale is None:
+                    return self._search(
+                        query,
+                        messages,
+                        accept=accept,
+                        limit=limit,
+                        session_id=session_id,
+                        min_importance=min_importance,
+                    )
+            self.flush()  # a background batch failed part-way: rebuild the index first
+
+    def _search(
+        self,
+        query: str,
+        messages: Mapping[str, Message],
+        *,
+        accept: Callable[[Message], bool] | None,
+        limit: int,
+        session_id: str | None,
+        min_importance: int,
+    ) -> list[SearchHit]:
+        """`search`, holding `_search_lock` for reading (the index and the queue hold still)."""
         if self._broken:
             raise InternalError(
                 "indexes: could not be rebuilt after a failed update; run rebuild_index"
             )
-        if self._search_ready.is_set():
-            if self._search_error:
-                raise InternalError(self._search_error)
-            return self.search_index.search(
+        if not self._search_ready.is_set():
+            return SearchIndex.scan(
                 query,
                 messages,
                 accept=accept,
@@ -548,14 +691,45 @@ class IndexSet:
                 session_id=session_id,
                 min_importance=min_importance,
             )
-        return SearchIndex.scan(
+        if self._search_error:
+            raise InternalError(self._search_error)
+        index = self.search_index
+        if not self._search_pending:
+            return index.search(
+                query,
+                messages,
+                accept=accept,
+                limit=limit,
+                session_id=session_id,
+                min_importance=min_importance,
+            )
+        latest = _latest(self._search_pending)
+
+        def indexed(msg: Message) -> bool:  # as indexed: no queued change touches it
+            return msg.message_id not in latest and (accept is None or accept(msg))
+
+        hits = index.search(
             query,
             messages,
+            accept=indexed,
+            limit=limit,
+            session_id=session_id,
+            min_importance=min_importance,
+        )
+        queued = {mid: msg for mid, msg in latest.items() if msg is not None}
+        if not queued:
+            return hits
+        extra = SearchIndex.scan(
+            query,
+            queued,
             accept=accept,
             limit=limit,
             session_id=session_id,
             min_importance=min_importance,
         )
+        if not extra:
+            return hits
+        return _merged(hits, messages, extra, queued, limit)
 
     def search_index_bytes(self, *, walk: bool = False) -> int:
         """While the background build runs, its thread fills the index without a lock, so the
@@ -565,5 +739,6 @@ class IndexSet:
         self.flush()
         if not self._search_ready.is_set():
             return 0
-        index = self.search_index
-        return index.memory_bytes_fresh() if walk else index.memory_bytes()
+        with self._search_lock.read():
+            index = self.search_index
+            return index.memory_bytes_fresh() if walk else index.memory_bytes()

@@ -42,9 +42,11 @@ class FailingSearchIndex(SearchIndex):
         self.faults.hit()
         super().add(msg)
 
-    def add_many(self, messages: Sequence[Message]) -> None:
+    def add_many(
+        self, messages: Sequence[Message], pause: Callable[[], object] | None = None
+    ) -> None:
         self.faults.hit()
-        super().add_many(messages)
+        super().add_many(messages, pause)
 
     def build(
         self,
