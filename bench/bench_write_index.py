@@ -93,7 +93,7 @@ def child(
                 t = time.perf_counter()
             write()
             lat.append(time.perf_counter() - t)
-        left = len(getattr(svc._indexes, "_search_pending", ()))
+        left = len(getattr(svc._indexes, "_search_pending", None) or ())
         svc.wait_for_search_index()  # the deferred batches are in the window
         cpu = time.process_time() - c0
         wall = time.perf_counter() - w0

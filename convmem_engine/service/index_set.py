@@ -576,9 +576,8 @@ class IndexSet:
         batch's CPU time per change to take about FLUSH_HOLD seconds), letting go of the GIL
         every FLUSH_SLICE seconds within a batch (`_pauser`): a write arriving meanwhile gets
         it within about that time, and never waits for the batch (the service's lock is not
-        held). What it cannot
-        apply (a failed batch to rebuild, an unusable index) is left to `flush`, called here
-        under the service's read lock."""
+        held). What it cannot apply (a failed batch to rebuild, an unusable index) is left to
+        `flush`, called here under the service's read lock."""
         chunk = FLUSH_CHUNK_MIN
         while True:
             self._flush_kick.wait()
