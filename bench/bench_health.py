@@ -8,8 +8,9 @@ For each store (a fresh one of `--small` corpus messages, written here, plus cop
   and times `--calls` calls of `get_system_health` (process CPU per call, median of 5 slices;
   the service call itself, no transport);
 - over stdio: `convmem serve` on the store, the handshake, health polled until the search index
-  is ready (its estimate counts it), then `--calls` calls one at a time: the round trip's
-  median and p90 (wall) and the server's CPU per call (utime + stime from /proc over the calls).
+  is ready (its estimate counts it) and the server idle, then `--calls` calls one at a time:
+  the round trip's median and p90 (wall) and the server's CPU per call (utime + stime from
+  /proc over the calls).
 
 Each figure is also given as a ratio to the small store's (the goal: the same cost whatever the
 store's size) and after / before. Usage:
@@ -46,6 +47,7 @@ from bench_mcp import (
     index_ready,
     load_average,
     read_answer,
+    settle,
 )
 
 IN_PROCESS = """
@@ -123,6 +125,7 @@ def over_stdio(tree: Path, store: Path, calls: int) -> dict[str, float]:
         for _ in range(5):  # the SDK and everything a call touches loaded
             request_id += 1
             ask(request_id)
+        settle(process.pid)  # the SDK loads on a thread after the first answers
         times = []
         cpu = cpu_seconds(process.pid)
         for _ in range(calls):

@@ -832,11 +832,14 @@ class SearchIndex:
                     # BITMAP and DENSE - 1), or a bitmap that stays one.
                     if width + m <= _ARRAY_GROWS or (width > BITMAP and width + m < DENSE):
                         data = p.data
-                        before = data.__sizeof__()
-                        data.extend(map(_LOW.__and__, new))
-                        after = data.__sizeof__()
-                        grown += after - before
-                        p.room = (after - _H_EMPTY) >> 1
+                        if end + m <= p.room:  # no reallocation (see `add`)
+                            data.extend(map(_LOW.__and__, new))
+                        else:
+                            before = data.__sizeof__()
+                            data.extend(map(_LOW.__and__, new))
+                            after = data.__sizeof__()
+                            grown += after - before
+                            p.room = (after - _H_EMPTY) >> 1
                         at[-1] = end + m
                         p.n += m
                         continue
@@ -849,10 +852,11 @@ class SearchIndex:
                         p.cards[-1] += m
                         p.n += m
                         continue
-            elif len(p) + m < BIG:
-                grown -= p.__sizeof__()
+            elif (k := len(p)) + m < BIG:
+                before = p.__sizeof__()
                 p.extend(new)
-                grown += p.__sizeof__()
+                if before < _I_EMPTY + 4 * (k + m):  # it had no room for them: reallocated
+                    grown += p.__sizeof__() - before
                 continue
             grown -= nbytes(p)
             for doc in new:  # the layout changes on the way: `add`'s steps, one by one
@@ -1181,6 +1185,7 @@ class SearchIndex:
             moved = True
         grown = 0  # bytes the tables grew by (`_counted`)
         size = sys.getsizeof
+        high = doc >> 16
         if moved:
             sess = self._sessions.get(new.session_id)
             if sess is None:
@@ -1197,8 +1202,18 @@ class SearchIndex:
                 grown += size(g) + _ONE_DOC
                 if len(g) == 2:
                     self._register_bigram(g)
+            elif type(p) is Postings:
+                if high + 1 < len(p.at):  # a container it has: only its data may resize
+                    data = p.data
+                    before = data.__sizeof__()
+                    p.insert(doc)
+                    grown += data.__sizeof__() - before
+                else:
+                    grown -= nbytes(p)
+                    p.insert(doc)
+                    grown += nbytes(p)
             else:
-                grown -= nbytes(p)
+                grown -= p.__sizeof__() + _ARRAY_GC
                 p = post[g] = insert(p, doc)
                 grown += nbytes(p)
         for ch in added_singles:
@@ -1230,15 +1245,9 @@ class SearchIndex:
 
     def _leave_session(self, session_id: str, doc: int) -> None:
         sess = self._sessions.get(session_id)
-        if sess is None:
-            return
-        before = nbytes(sess)
-        if _discard(sess, doc):
-            if not sess:
-                del self._sessions[session_id]
-                self._counted -= before
-            else:
-                self._counted += nbytes(sess) - before
+        if sess is not None and _discard(sess, doc) and not sess:  # (its buffer kept)
+            del self._sessions[session_id]
+            self._counted -= nbytes(sess)
 
     def _leave_lane(self, doc: int) -> None:
         imp = self._imp[doc]
@@ -1292,18 +1301,28 @@ class SearchIndex:
             self._counted += size(s)
 
     def _discard_gram(self, gram: str, doc: int) -> None:
+        """Remove `doc` from `gram`'s list. The byte count relies on CPython's array keeping
+        its buffer when one entry is removed (`del a[i]`, `a.pop()`: it reallocates only to
+        shrink by 16 entries or more; tests/index/test_memory_accounting.py checks it on the
+        interpreter the tests run on), so only a container changing kind resizes one (a
+        compressed list's data, `Postings._rewrite`): the only size read here, until a list
+        is emptied and dropped."""
         p = self._post.get(gram)
         if p is None:
             return
-        before = nbytes(p)
-        if not _discard(p, doc):
+        if type(p) is Postings:
+            data = p.data
+            before = data.__sizeof__()
+            if not p.discard(doc):
+                return
+            self._counted += data.__sizeof__() - before
+        elif not _discard(p, doc):
             return
         if p:
-            self._counted += nbytes(p) - before
             return
         del self._post[gram]
         size = sys.getsizeof
-        self._counted -= size(gram) + before
+        self._counted -= size(gram) + nbytes(p)
         if len(gram) == 2:
             for ch in set(gram):
                 s = self._char_bigrams[ch]
@@ -1317,16 +1336,9 @@ class SearchIndex:
 
     def _discard_single(self, ch: str, doc: int) -> None:
         p = self._singles.get(ch)
-        if p is None:
-            return
-        before = nbytes(p)
-        if not _discard(p, doc):
-            return
-        if p:
-            self._counted += nbytes(p) - before
-        else:
+        if p is not None and _discard(p, doc) and not p:  # (its buffer kept: see above)
             del self._singles[ch]
-            self._counted -= sys.getsizeof(ch) + before
+            self._counted -= sys.getsizeof(ch) + nbytes(p)
 
     def _sweep(self, doc: int) -> None:
         """Remove `doc` from every posting list (when the indexed value is not known)."""

@@ -249,3 +249,19 @@ def test_postings_room_never_exceeds_what_the_buffer_holds() -> None:
         p.room = _allocated(p)  # as SearchIndex.add leaves it after an append
         change(p)
         assert p.room <= _allocated(p)
+
+
+def test_removing_one_entry_keeps_an_arrays_buffer() -> None:
+    """What the search index's byte count relies on when it removes a document
+    (`SearchIndex._discard_gram`): CPython's array reallocates only to shrink by 16 entries or
+    more, so `del a[i]` and `a.pop()` leave `__sizeof__` as it was, down to an empty array."""
+    for code, n in (("I", 1), ("I", 5), ("I", 1000), ("H", 5_000)):
+        a = array(code, range(n))
+        a.append(1)  # spare room, as appends leave it
+        size = a.__sizeof__()
+        while a:
+            if len(a) % 2:
+                del a[len(a) // 2]
+            else:
+                a.pop()
+            assert a.__sizeof__() == size
