@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -124,6 +125,7 @@ async def run(trees: dict[str, str], counts: list[int], calls: int, rounds: int)
                     rows.setdefault((count, name), []).append(result)
     finally:
         server.close()
+        shutil.rmtree(folder, ignore_errors=True)
     print(f"load average {Path('/proc/loadavg').read_text().split()[0]}")
     print(f"{'shims':>5} {'tree':>10} {'CPU ms/call':>11} {'switches':>8} {'calls/s':>8}   rounds")
     for (count, name), results in rows.items():
