@@ -36,6 +36,7 @@ from convmem_engine.domain.errors import (
 )
 from convmem_engine.domain.message import DEFAULT_METADATA, RELATION_TYPES, Message, Relation
 from convmem_engine.domain.validation import MetadataPatch, SearchFilters
+from convmem_engine.index.heap import release_free_memory
 from convmem_engine.index.search_index import SearchIndex
 from convmem_engine.service import search_persist, views
 from convmem_engine.service.budget import Budget, message_bound
@@ -122,9 +123,10 @@ class MemoryService:
         self._closed = False
         self._keep_search_index = keep_search_index
         messages = store.messages
-        if messages:
+        greatest = messages.max_id()
+        if greatest is not None:
             # New ids must sort after every id the store holds, whatever the clock says now.
-            self._ids.observe(max(messages))
+            self._ids.observe(greatest)
         saved = search_persist.PersistedSearch.capture(store, messages)
         if saved is not None and search_index_factory is SearchIndex:
             self._indexes.build(messages, background=True, saved=saved.load)
@@ -152,7 +154,7 @@ class MemoryService:
 
         Raises BusyError, CorruptStoreError or StoreIOError (from the store).
         """
-        store = Store.open(data_dir, fs=fs, on_locked=on_locked)
+        store = Store.open(data_dir, fs=fs, on_locked=on_locked, release_memory=release_free_memory)
         try:
             return cls(
                 store,

@@ -24,9 +24,21 @@ import json
 import re
 import struct
 import sys
-from collections.abc import Collection, ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
+import threading
+from array import array
+from bisect import bisect_right
+from collections.abc import (
+    Callable,
+    Collection,
+    ItemsView,
+    Iterable,
+    Iterator,
+    KeysView,
+    Mapping,
+    ValuesView,
+)
 from dataclasses import dataclass
-from itertools import chain, islice
+from itertools import chain, islice, repeat
 from operator import itemgetter
 from typing import Any, Final
 
@@ -47,6 +59,9 @@ _I64: Final = struct.Struct("<q")
 _U32: Final = struct.Struct("<I")
 _FIRST: Final = itemgetter(0)
 _SESSION_AT: Final = struct.Struct("<8xI")  # a packed value's session number
+_SESSION_OF_HEAD: Final = struct.Struct("<8xI6x")  # the session number of an 18-byte header
+_HEADS: Final = re.compile(rb"(?s).{%d}" % HEAD.size)
+_U32_ARRAY: Final = next(code for code in "IL" if array(code).itemsize == 4)
 UPDATED: Final = 1
 META: Final = 2
 # Snapshot rows (binary_rows / load_binary): <B kind> <I a> <I b> then a + b bytes.
@@ -63,6 +78,11 @@ COLUMN_BLOCK: Final = 3
 # The session table as a block (CMSNAP5 only): a = the length of the session ids (UTF-8,
 # 0xFF between two), b = 0; the ids take the next session numbers, as that many session rows
 SESSION_BLOCK: Final = 4
+# A block of plain values in two columns, CMSNAP6 only: a = the length of the ids, b = of the
+# rest: <the ids, UTF-8, 0xFF between two> <each value's 18-byte header, in order> <each
+# value's content, UTF-8, followed by 0xFF> (the values split without a pattern; loaded
+# without building them: see _Block)
+HEAD_BLOCK: Final = 5
 BLOCK_ROWS: Final = 4096  # rows per column block (about 300 kB at the corpus' sizes)
 _MIN_BLOCK: Final = 16  # a shorter run of plain values is written as packed rows
 _SEPARATOR: Final = b"\xff"
@@ -127,27 +147,94 @@ def value_sizes(message_id: str, value: bytes | Message) -> tuple[int, int, int]
     return entry, size(m.content), _kept_metadata_bytes(m.metadata)
 
 
+class _Block:
+    """A column block of a CMSNAP6 snapshot (HEAD_BLOCK) whose values are not built yet: the
+    table maps each of its ids to this object until one of them is read or changed, or a
+    reader goes through all the values; then the block's values replace it, all at once
+    (`MessageTable._open`). Its rows were checked when it was loaded, as a packed row is, so
+    building them cannot fail. While it is pending its ids are contiguous in the table, in
+    its order: only new ids are added, and a change to one of its ids opens it first."""
+
+    __slots__ = ("ids", "raw", "sessions")
+
+    def __init__(self, ids: list[str], raw: bytes, sessions: array[int]) -> None:
+        self.ids: list[str] | None = ids  # the table's keys of its rows (None once opened)
+        self.raw = raw  # the headers (18 bytes each), then each content followed by 0xFF
+        self.sessions = sessions  # the rows' session numbers (kept: history_columns)
+
+    def values(self, raw: bytes) -> list[bytes]:
+        """The packed values of `raw` (this block's), in order."""
+        end = len(self.sessions) * HEAD_SIZE
+        texts = raw[end:].split(_SEPARATOR)
+        texts.pop()  # after the last separator
+        return list(map(bytes.__add__, _HEADS.findall(raw, 0, end), texts))
+
+
+_Value = bytes | Message | _Block
+RELEASE_EVERY: Final = 16
+"""Blocks opened (~5 MB of buffers at the corpus' sizes) between two `MessageTable.release`."""
+
+
 class MessageTable:
     """The live messages, id -> packed value (or a Message that does not fit), in creation
-    order. Not thread-safe by itself: the store serialises writers (its write lock)."""
+    order. Not thread-safe by itself: the store serialises writers (its write lock); readers
+    may run together (a block they open is opened once: `_open`).
+
+    Held in parts, each a dict in creation order: the parts of a loaded snapshot (one per
+    column block, one per run of rows between them) and then `_tail`, where every new id
+    goes. A million small dicts' worth of entries cost a fraction of one dict of a million
+    (each part's table stays in the CPU's cache while it is filled: at 1M messages ~0.05 s
+    against 0.3-0.45 s). An id is found in `_tail` or in the one part whose id range holds
+    it (`_lows`, when the parts' ranges are in order and apart, as a store's ULIDs are), or
+    else by looking in each part."""
 
     __slots__ = (
+        "_blocks",
         "_body_bytes",
         "_entry_bytes",
+        "_highs",
+        "_lows",
         "_metadata_bytes",
+        "_open_lock",
+        "_opened",
         "_others",
+        "_parts",
+        "_pending",
+        "_pristine",
         "_session_bytes",
         "_session_numbers",
         "_sessions",
-        "_values",
+        "_tail",
+        "release",
         "view",
     )
 
     def __init__(self) -> None:
-        self._values: dict[str, bytes | Message] = {}
+        self._parts: list[dict[str, _Value]] = []
+        self._tail: dict[str, _Value] = {}
+        # The block each part was loaded from (None: a run of rows), in step with _parts.
+        self._blocks: list[_Block | None] = []
+        # The lowest and highest id of each part while they are in order and apart (routing
+        # by bisection); None once they are not (then every part is looked in).
+        self._lows: list[str] | None = []
+        self._highs: list[str] = []
         self._sessions: list[str] = []
         self._session_numbers: dict[str, int] = {}
         self.view: MessagesView = MessagesView(self)
+        # The blocks loaded and not opened yet, with their parts (some may have been opened
+        # since: their ids are None).
+        self._pending: list[tuple[_Block, dict[str, _Value]]] = []
+        self._open_lock = threading.Lock()
+        self._opened = 0  # blocks opened since `release` was last called
+        # Gives the C heap's free pages back to the system (the service's: index/heap.py), or
+        # None: called once every RELEASE_EVERY blocks opened and after opening them all. A
+        # block's buffer, freed when it is opened, is too large for the small objects its
+        # values become to reuse: without this a store whose every block is opened keeps
+        # them all resident (at 1M messages ~90 MiB more than the table built at once).
+        self.release: Callable[[], object] | None = None
+        # Nothing set or popped since the load: every part is as loaded (history_columns reads
+        # the blocks' session numbers as they are).
+        self._pristine = True
         # kept in step with every set/pop (recount() after a bulk load)
         self._entry_bytes = 0
         self._body_bytes = 0
@@ -240,14 +327,101 @@ class MessageTable:
 
     # -- the dict's operations ----------------------------------------------------------------
 
+    def _all(self) -> list[dict[str, _Value]]:
+        """Every part, the tail last."""
+        return [*self._parts, self._tail]
+
+    def _part_of(self, message_id: str) -> dict[str, _Value] | None:
+        """The part that holds `message_id`, or None."""
+        if message_id in self._tail:
+            return self._tail
+        parts = self._parts
+        lows = self._lows
+        if lows is not None:
+            i = bisect_right(lows, message_id) - 1
+            if i >= 0 and message_id in parts[i]:
+                return parts[i]
+            return None
+        for part in parts:
+            if message_id in part:
+                return part
+        return None
+
     def __len__(self) -> int:
-        return len(self._values)
+        return sum(map(len, self._parts)) + len(self._tail)
 
     def __contains__(self, message_id: object) -> bool:
-        return message_id in self._values
+        return type(message_id) is str and self._part_of(message_id) is not None
+
+    def max_id(self) -> str | None:
+        """The greatest message id, or one at least as great that the table held (a part's
+        highest when loaded: the parts' ranges, when in order, say it without a pass over
+        every id): a bound that new ids must sort after. None when empty."""
+        if not len(self):
+            return None
+        if self._lows is not None and self._highs:
+            high = self._highs[-1]
+            return max(high, max(self._tail)) if self._tail else high
+        return max(self.iter_keys())
+
+    def iter_keys(self) -> Iterator[str]:
+        """The message ids, in order."""
+        return chain.from_iterable(self._all())
+
+    def _items(self) -> Iterator[tuple[str, _Value]]:
+        return chain.from_iterable([part.items() for part in self._all()])
+
+    def _stored(self) -> Iterator[bytes | Message]:
+        """Every value, in order (blocks opened first)."""
+        self._open_all()
+        return chain.from_iterable([part.values() for part in self._all()])  # type: ignore[misc]
+
+    def stored_items(self) -> Iterator[tuple[str, bytes | Message]]:
+        """(id, value as kept: packed bytes or a Message) in order, every block opened."""
+        self._open_all()
+        return self._items()  # type: ignore[return-value]
+
+    def _value(self, message_id: str) -> tuple[dict[str, _Value] | None, bytes | Message | None]:
+        """The part that holds `message_id` and its value (its block opened if it was still
+        pending), or (None, None)."""
+        part = self._part_of(message_id)
+        if part is None:
+            return None, None
+        v = part[message_id]
+        if type(v) is _Block:
+            self._open(v, part)
+            v = part[message_id]
+        return part, v  # type: ignore[return-value]
+
+    def _open(self, block: _Block, part: dict[str, _Value]) -> None:
+        """Put the values of `block` in its part in place of it (once, whichever reader comes
+        first: readers run together)."""
+        with self._open_lock:
+            ids = block.ids
+            if ids is None:
+                return
+            part.update(zip(ids, block.values(block.raw), strict=True))
+            block.ids = None
+            block.raw = b""
+            self._opened += 1
+            release = self.release if self._opened >= RELEASE_EVERY else None
+            if release is not None:
+                self._opened = 0
+        if release is not None:
+            release()
+
+    def _open_all(self) -> None:
+        """Open every pending block (before a reader that goes through the values)."""
+        if self._pending:
+            for block, part in self._pending:
+                self._open(block, part)
+            self._pending = []
+            if self.release is not None and self._opened:
+                self._opened = 0
+                self.release()
 
     def get(self, message_id: str) -> Message | None:
-        v = self._values.get(message_id)
+        _, v = self._value(message_id)
         if v is None:
             return None
         return self.unpack(message_id, v)
@@ -263,38 +437,49 @@ class MessageTable:
     def set(self, msg: Message) -> None:
         """Insert `msg` (a new id goes last) or replace the value of its id in place."""
         mid = msg.message_id
-        old = self._values.get(mid)
+        part, old = self._value(mid)
+        self._pristine = False
         if old is not None:
             self._count(mid, old, -1)
-        value = self._values[mid] = self.pack(msg)
+        value = self.pack(msg)
+        (self._tail if part is None else part)[mid] = value
         self._count(mid, value, 1)
 
     def pop(self, message_id: str) -> Message | None:
-        v = self._values.pop(message_id, None)
-        if v is None:
+        part, v = self._value(message_id)  # (its block opened first)
+        if part is None or v is None:
             return None
+        self._pristine = False
+        del part[message_id]
         self._count(message_id, v, -1)
         return self.unpack(message_id, v)
 
     def clear(self) -> None:
-        self._values.clear()
+        self._parts = []
+        self._blocks = []
+        self._tail = {}
+        self._lows = []
+        self._highs = []
+        self._pending = []
+        self._pristine = False
         self._entry_bytes = self._body_bytes = self._metadata_bytes = self._others = 0
 
     def recount(self) -> TableMemory:
         """Count what the table holds from scratch (after a bulk load; the store's check
         compares it with the running counts)."""
+        self._open_all()
         size = sys.getsizeof
-        entry = sum(map(size, self._values.keys()))
+        entry = sum(map(size, self.iter_keys()))
         body = meta = plain = others = 0
         sizes = value_sizes
-        for k, v in self._values.items():
+        for k, v in self._items():
             if type(v) is bytes and not v[13]:  # the common value: header + content
                 plain += 1
                 body += len(v)
                 continue
             if type(v) is not bytes or v[13] & META:
                 others += 1
-            e, b, m = sizes(k, v)
+            e, b, m = sizes(k, v)  # type: ignore[arg-type]
             entry += e - size(k)
             body += b
             meta += m
@@ -309,22 +494,23 @@ class MessageTable:
         size = sys.getsizeof
         sessions = size(self._sessions) + size(self._session_numbers) + self._session_bytes
         return TableMemory(
-            entries=len(self._values),
+            entries=len(self),
             entry_bytes=self._entry_bytes,
             body_bytes=self._body_bytes,
             metadata_bytes=self._metadata_bytes,
-            table_bytes=size(self._values) + sessions,
+            table_bytes=sum(map(size, self._parts)) + size(self._tail) + sessions,
         )
 
     def keys(self) -> KeysView[str]:
-        return self._values.keys()
+        return self.view.keys()
 
     def items(self) -> Iterator[tuple[str, Message]]:
         for m in self.values():
             yield m.message_id, m
 
     def values(self) -> Iterator[Message]:
-        return self.materialize(self._values.items())
+        self._open_all()
+        return self.materialize(self._items())  # type: ignore[arg-type]
 
     def materialize(self, pairs: Iterable[tuple[str, bytes | Message]]) -> Iterator[Message]:
         """The Messages of (id, value) pairs of this table: `unpack` inlined for the common
@@ -359,44 +545,61 @@ class MessageTable:
         if not self._others:
             return iter(())
         return self.materialize(
-            (k, v)
-            for k, v in self._values.items()
-            if (v[13] & META if type(v) is bytes else v.metadata != DEFAULT_METADATA)  # type: ignore[union-attr]
+            (k, v)  # type: ignore[misc]
+            for k, v in self._items()
+            # (a pending block holds plain values only: no metadata)
+            if (
+                v[13] & META
+                if type(v) is bytes
+                else type(v) is not _Block and v.metadata != DEFAULT_METADATA  # type: ignore[union-attr]
+            )
         )
 
     def history_rows(self) -> Iterator[tuple[str, str, Metadata]]:
         """(message_id, session_id, metadata) of every message, in order, without building
         the Messages (what the history index is built from when `history_columns` is None)."""
+        self._open_all()
         sessions = self._sessions
         session_at = _U32.unpack_from
         default = DEFAULT_METADATA
         unpack = self.unpack
-        for k, v in self._values.items():
+        for k, v in self._items():
             if type(v) is bytes and not v[13] & META:
                 yield k, sessions[session_at(v, 8)[0]], default
                 continue
-            m = unpack(k, v)
+            m = unpack(k, v)  # type: ignore[arg-type]
             yield k, m.session_id, m.metadata
 
     def history_columns(self) -> tuple[Iterator[str], Iterator[int], list[str]] | None:
         """When every value is packed and none has metadata (so each message's metadata is
         the default): the message ids in order, their session numbers in step, and the
         session id of each number (for HistoryIndex.build_columns; not to be kept). None
-        otherwise: then see history_rows."""
+        otherwise: then see history_rows. As loaded (nothing changed since), a block's
+        numbers are read as they are, without opening it."""
         if self._others:
             return None
-        packed: ValuesView[bytes] = self._values.values()  # type: ignore[assignment]
-        numbers = map(_FIRST, map(_SESSION_AT.unpack_from, packed))
-        return iter(self._values.keys()), numbers, self._sessions
+        if self._pristine:
+            numbers: Iterator[int] = chain.from_iterable(
+                [
+                    block.sessions
+                    if block is not None
+                    else map(_FIRST, map(_SESSION_AT.unpack_from, part.values()))  # type: ignore[arg-type]
+                    for part, block in zip(self._all(), [*self._blocks, None], strict=True)
+                ]
+            )
+        else:
+            packed: Iterator[bytes] = self._stored()  # type: ignore[assignment]
+            numbers = map(_FIRST, map(_SESSION_AT.unpack_from, packed))
+        return self.iter_keys(), numbers, self._sessions
 
     def frozen(self) -> FrozenMessages:
         """The messages live now, materialized only when iterated (the table may change
         meanwhile): 16 bytes per message instead of a Message each (the values held in parts
         of FROZEN_PART, which `FrozenMessages.take` lets go of as they are read)."""
-        values = iter(self._values.values())
-        n = len(self._values)
+        values = self._stored()
+        n = len(self)
         parts = [list(islice(values, FROZEN_PART)) for _ in range(0, n, FROZEN_PART)]
-        return FrozenMessages(self, list(self._values.keys()), parts)
+        return FrozenMessages(self, list(self.iter_keys()), parts)
 
     def rows(self) -> Iterator[list[Any]]:
         """The codec's message rows (codec.message_row) of every message, in order."""
@@ -405,10 +608,47 @@ class MessageTable:
 
     # -- loading ------------------------------------------------------------------------------
 
+    def _add_part(self, part: dict[str, _Value], block: _Block | None, low: str, high: str) -> None:
+        """Append a loaded part whose ids are between `low` and `high` (routing by range
+        while the parts' ranges are in order and apart)."""
+        self._parts.append(part)
+        self._blocks.append(block)
+        lows = self._lows
+        if lows is not None:
+            if self._highs and low <= self._highs[-1]:
+                self._lows = None
+            else:
+                lows.append(low)
+                self._highs.append(high)
+
+    def _row_part(self, message_id: str) -> dict[str, _Value]:
+        """The part a loaded row goes into: the last part if it is a run of rows (its range
+        widened to the id), else a new one."""
+        if not self._blocks or self._blocks[-1] is not None:
+            part: dict[str, _Value] = {}
+            self._add_part(part, None, message_id, message_id)
+            return part
+        lows = self._lows
+        if lows is not None:
+            highs = self._highs
+            if message_id > highs[-1]:
+                highs[-1] = message_id
+            elif message_id < lows[-1]:
+                if len(highs) > 1 and message_id <= highs[-2]:
+                    self._lows = None
+                else:
+                    lows[-1] = message_id
+        return self._parts[-1]
+
+    def check_unique(self) -> None:
+        """After a load: ValueError when an id is in two parts (only possible when their
+        ranges are not apart: then counted through a set)."""
+        if self._lows is None and len(set(self.iter_keys())) != len(self):
+            raise ValueError("a message id twice")
+
     def load_rows(self, rows: list[Any]) -> None:
         """Add the codec rows of one snapshot line, checking every field's type as
         codec.message_from_row does (TypeError/ValueError on anything else)."""
-        values = self._values
         numbers = self._session_numbers
         codes = _ROLE_CODES
         pack = HEAD.pack
@@ -429,11 +669,11 @@ class MessageTable:
                     if n is None:
                         sid.encode("utf-8")
                         n = self._session_number(sid)
-                    values[mid] = pack(ts, n, code, 0, rev) + data
+                    self._row_part(mid)[mid] = pack(ts, n, code, 0, rev) + data
                     continue
                 except UnicodeEncodeError:
                     pass
-            values[mid] = self.pack(message_from_row(row))
+            self._row_part(mid)[mid] = self.pack(message_from_row(row))
 
     # -- the snapshot's binary rows (docs/storage-format.md, "Snapshot file") -----------------
 
@@ -444,7 +684,7 @@ class MessageTable:
         value and a session table that disagree."""
         used: set[int] = set()
         at = _U32.unpack_from
-        for v in self._values.values():
+        for v in self._stored():
             if type(v) is bytes:
                 used.add(at(v, 8)[0])
         sessions = self._sessions
@@ -454,16 +694,20 @@ class MessageTable:
                 self._session_bytes -= sys.getsizeof(sid)
                 sessions[n] = ""
 
-    def binary_rows(self, batch: int, columns: bool = True) -> Iterator[bytes]:
+    def binary_rows(self, batch: int, columns: bool = True, heads: bool = False) -> Iterator[bytes]:
         """The body of a snapshot in binary rows, in pieces of about `batch` bytes: first one
         row per session of the session table (in number order), then the messages in creation
-        order: with `columns` (CMSNAP5), each run of plain values (no flags) as column blocks
-        of up to BLOCK_ROWS rows, the others one row each; without (CMSNAP4), one row per
-        message: its packed value as it is, or, for a message kept as a `Message`, its codec
-        row as JSON."""
+        order: with `columns`, each run of plain values (no flags) as column blocks of up to
+        BLOCK_ROWS rows (with `heads` (CMSNAP6) as HEAD_BLOCKs, a block still pending as it
+        was loaded; else (CMSNAP5) as COLUMN_BLOCKs), the others one row each; without
+        (CMSNAP4), one row per message: its packed value as it is, or, for a message kept as
+        a `Message`, its codec row as JSON."""
         parts: list[bytes] = []
         size = 0
         row = ROW.pack
+        raw_blocks = columns and heads
+        if not raw_blocks:
+            self._open_all()
         if columns:
             for at in range(0, len(self._sessions), BLOCK_ROWS):
                 data = _SEPARATOR.join(
@@ -480,52 +724,76 @@ class MessageTable:
                 size += ROW_SIZE + len(data)
         run_ids: list[bytes] = []
         run_values: list[bytes] = []
-        for k, v in self._values.items():
-            if size >= batch:
-                yield b"".join(parts)
-                parts, size = [], 0
-            if type(v) is bytes:
-                try:
-                    mid = k.encode("utf-8")
-                except UnicodeEncodeError:  # only from an old snapshot's JSON: kept as JSON
-                    v = self.unpack(k, v)
-                else:
-                    if columns and not v[13]:
-                        run_ids.append(mid)
-                        run_values.append(v)
-                        if len(run_ids) == BLOCK_ROWS:
-                            size += _write_run(parts, run_ids, run_values)
-                            run_ids, run_values = [], []
-                        continue
+        for part, block in zip(self._all(), [*self._blocks, None], strict=True):
+            if raw_blocks and block is not None:
+                raw = block.raw
+                ids = block.ids
+                if ids is not None:  # pending: its part is whole, as it was loaded
                     if run_ids:
-                        size += _write_run(parts, run_ids, run_values)
+                        size += _write_run(parts, run_ids, run_values, heads)
                         run_ids, run_values = [], []
-                    parts.append(row(PACKED_ROW, len(mid), len(v)))
-                    parts.append(mid)
-                    parts.append(v)
-                    size += ROW_SIZE + len(mid) + len(v)
+                    id_blob = _SEPARATOR.join(i.encode("utf-8") for i in ids)
+                    parts.append(row(HEAD_BLOCK, len(id_blob), len(raw)))
+                    parts.append(id_blob)
+                    parts.append(raw)
+                    size += ROW_SIZE + len(id_blob) + len(raw)
+                    if size >= batch:
+                        yield b"".join(parts)
+                        parts, size = [], 0
                     continue
-            if run_ids:
-                size += _write_run(parts, run_ids, run_values)
-                run_ids, run_values = [], []
-            m: Message = v  # type: ignore[assignment]
-            data = json.dumps(message_row(m), separators=(",", ":")).encode("ascii")
-            parts.append(row(JSON_ROW, 0, len(data)))
-            parts.append(data)
-            size += ROW_SIZE + len(data)
+            for k, v in part.items():
+                if size >= batch:
+                    yield b"".join(parts)
+                    parts, size = [], 0
+                if type(v) is bytes:
+                    try:
+                        mid = k.encode("utf-8")
+                    except UnicodeEncodeError:  # only from an old snapshot's JSON: kept as JSON
+                        v = self.unpack(k, v)
+                    else:
+                        if columns and not v[13]:
+                            run_ids.append(mid)
+                            run_values.append(v)
+                            if len(run_ids) == BLOCK_ROWS:
+                                size += _write_run(parts, run_ids, run_values, heads)
+                                run_ids, run_values = [], []
+                            continue
+                        if run_ids:
+                            size += _write_run(parts, run_ids, run_values, heads)
+                            run_ids, run_values = [], []
+                        parts.append(row(PACKED_ROW, len(mid), len(v)))
+                        parts.append(mid)
+                        parts.append(v)
+                        size += ROW_SIZE + len(mid) + len(v)
+                        continue
+                if run_ids:
+                    size += _write_run(parts, run_ids, run_values, heads)
+                    run_ids, run_values = [], []
+                m: Message = v  # type: ignore[assignment]
+                data = json.dumps(message_row(m), separators=(",", ":")).encode("ascii")
+                parts.append(row(JSON_ROW, 0, len(data)))
+                parts.append(data)
+                size += ROW_SIZE + len(data)
         if run_ids:
-            _write_run(parts, run_ids, run_values)
+            _write_run(parts, run_ids, run_values, heads)
         if parts:
             yield b"".join(parts)
 
-    def load_binary(self, buf: bytes, pos: int, columns: bool = False) -> int:
+    def load_binary(
+        self,
+        buf: bytes,
+        pos: int,
+        columns: bool = False,
+        heads: bool = False,
+        before_json: Callable[[], None] | None = None,
+    ) -> int:
         """Add the complete binary rows of `buf[pos:]` (see `binary_rows`; column blocks only
-        with `columns`), checking each as the codec checks a record: the id and the content
-        valid UTF-8, the session number one of the rows before, a known role and flags, the
-        metadata a valid codec row. Counts what is added (`memory`). Returns the offset of
-        the first row that is not complete in `buf`. ValueError, TypeError or struct.error
-        on anything else."""
-        values = self._values
+        with `columns`: HEAD_BLOCKs with `heads`, else COLUMN_BLOCKs), checking each as the
+        codec checks a record: the id and the content valid UTF-8, the session number one of
+        the rows before, a known role and flags, the metadata a valid codec row. Counts what
+        is added (`memory`). Returns the offset of the first row that is not complete in
+        `buf`. ValueError, TypeError or struct.error on anything else. `before_json()` runs
+        once before any JSON is decoded (the snapshot's body CRC is checked there)."""
         sessions = self._sessions
         n_sessions = len(sessions)
         row = ROW.unpack_from
@@ -539,7 +807,9 @@ class MessageTable:
             stop = start + a + b
             if stop > end:
                 break
-            if kind == COLUMN_BLOCK and columns:
+            if kind == HEAD_BLOCK and columns and heads:
+                self._load_heads(buf, start, a, stop, n_sessions)
+            elif kind == COLUMN_BLOCK and columns and not heads:
                 self._load_columns(buf, start, a, stop, n_sessions)
             elif kind == SESSION_BLOCK and columns and not b:
                 self._load_sessions(buf[start:stop])
@@ -550,10 +820,13 @@ class MessageTable:
                 if b < HEAD_SIZE or session_at(v, 8)[0] >= n_sessions or v[12] >= n_roles:
                     raise ValueError("packed row: short, or session or role out of range")
                 if v[13]:
+                    if before_json is not None:
+                        before_json()
+                        before_json = None
                     _check_extras(v, v[13])
                 else:
                     v[HEAD_SIZE:].decode("utf-8")
-                values[mid] = v
+                self._row_part(mid)[mid] = v
                 if v[13]:
                     self._count(mid, v, 1)
                 else:
@@ -579,9 +852,12 @@ class MessageTable:
             elif kind == JSON_ROW:
                 if a:
                     raise ValueError("JSON row: unexpected id")
+                if before_json is not None:
+                    before_json()
+                    before_json = None
                 self.load_rows([loads(buf[start:stop].decode("utf-8"))])
                 n_sessions = len(sessions)
-                self._count(*next(reversed(values.items())), 1)
+                self._count(*next(reversed(self._parts[-1].items())), 1)  # type: ignore[arg-type]
             else:
                 raise ValueError(f"unknown row kind {kind}")
             pos = stop
@@ -623,9 +899,44 @@ class MessageTable:
             key_bytes = n * _ASCII_STR + len(ids) - (n - 1)
         else:
             key_bytes = sum(map(sys.getsizeof, keys))
-        self._values.update(zip(keys, values, strict=True))
+        part: dict[str, _Value] = dict(zip(keys, values, strict=True))
+        self._add_part(part, None, min(keys), max(keys))
         self._entry_bytes += key_bytes + n * (_BYTES_HEADER + HEAD_SIZE)
         self._body_bytes += stop - start - ids_length - n * (HEAD_SIZE + 1)
+
+    def _load_heads(
+        self, buf: bytes, start: int, ids_length: int, stop: int, n_sessions: int
+    ) -> None:
+        """Add the HEAD_BLOCK `buf[start:stop]` (after its row header; the ids its first
+        `ids_length` bytes) as a pending `_Block`, each row checked as load_binary checks a
+        packed row, at C speed: the ids and the contents valid UTF-8 (each part is when the
+        whole is with its separators made ASCII), one header and one content per id, every
+        header's session number below `n_sessions`, a known role and no flags."""
+        keys = _split_text(buf[start : start + ids_length])
+        n = len(keys)
+        end = n * HEAD_SIZE
+        raw = buf[start + ids_length : stop]
+        texts = raw[end:]
+        if len(raw) < end or texts.count(_SEPARATOR) != n or not texts.endswith(_SEPARATOR):
+            raise ValueError("column block: not one header and one content per id")
+        texts.replace(_SEPARATOR, b"\n").decode("utf-8")
+        if max(raw[12:end:HEAD_SIZE]) >= len(ROLES) or raw[13:end:HEAD_SIZE].count(0) != n:
+            raise ValueError("column block: a role out of range, or flags")
+        heads = memoryview(raw)[:end]
+        sessions = array(_U32_ARRAY, map(_FIRST, _SESSION_OF_HEAD.iter_unpack(heads)))
+        heads.release()
+        if max(sessions) >= n_sessions:
+            raise ValueError("column block: a session number out of range")
+        if sum(map(len, keys)) == ids_length - (n - 1):  # ASCII ids
+            key_bytes = n * _ASCII_STR + ids_length - (n - 1)
+        else:
+            key_bytes = sum(map(sys.getsizeof, keys))
+        block = _Block(keys, raw, sessions)
+        part: dict[str, _Value] = dict(zip(keys, repeat(block)))
+        self._add_part(part, block, min(keys), max(keys))
+        self._pending.append((block, part))
+        self._entry_bytes += key_bytes + n * (_BYTES_HEADER + HEAD_SIZE)
+        self._body_bytes += len(texts) - n
 
 
 def _check_extras(value: bytes, flags: int) -> None:
@@ -656,9 +967,9 @@ def _split_text(data: bytes) -> list[str]:
     return data.decode("utf-8", "surrogateescape").split(_SEPARATOR_ESCAPED)
 
 
-def _write_run(parts: list[bytes], ids: list[bytes], values: list[bytes]) -> int:
-    """Append a run of plain values: as a column block, or as packed rows when it is short.
-    Returns the bytes appended."""
+def _write_run(parts: list[bytes], ids: list[bytes], values: list[bytes], heads: bool) -> int:
+    """Append a run of plain values: as a column block (a HEAD_BLOCK with `heads`, else a
+    COLUMN_BLOCK), or as packed rows when it is short. Returns the bytes appended."""
     if len(ids) < _MIN_BLOCK:
         written = 0
         for mid, v in zip(ids, values, strict=True):
@@ -668,6 +979,14 @@ def _write_run(parts: list[bytes], ids: list[bytes], values: list[bytes]) -> int
             written += ROW_SIZE + len(mid) + len(v)
         return written
     id_blob = _SEPARATOR.join(ids)
+    if heads:
+        rest = b"".join(
+            [*(v[:HEAD_SIZE] for v in values), *(v[HEAD_SIZE:] + _SEPARATOR for v in values)]
+        )
+        parts.append(ROW.pack(HEAD_BLOCK, len(id_blob), len(rest)))
+        parts.append(id_blob)
+        parts.append(rest)
+        return ROW_SIZE + len(id_blob) + len(rest)
     value_blob = _SEPARATOR.join(values) + _SEPARATOR
     parts.append(ROW.pack(COLUMN_BLOCK, len(id_blob), len(value_blob)))
     parts.append(id_blob)
@@ -790,10 +1109,10 @@ class MessagesView(Mapping[str, Message]):
         return len(self._table)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._table.keys())
+        return self._table.iter_keys()
 
-    def keys(self) -> KeysView[str]:
-        return self._table.keys()
+    def max_id(self) -> str | None:
+        return self._table.max_id()
 
     def values(self) -> ValuesView[Message]:
         return _Values(self)

@@ -2,23 +2,29 @@
 
 Layout (see docs/storage-format.md):
 
-    b"CMSNAP5\n"                      8-byte magic: store format 3, binary rows with column
-                                      blocks (written)
+    b"CMSNAP6\n"                      8-byte magic: store format 3, binary rows with column
+                                      blocks of two columns (written)
+                                      b"CMSNAP5\n": format 3, binary rows with column
+                                      blocks of one column (read only)
                                       b"CMSNAP4\n": format 3, binary rows (read only)
                                       b"CMSNAP3\n": format 3, JSON rows (read only)
                                       b"CMSNAP2\n": format 2 (only its meta is ever read)
     body (CMSNAP5, CMSNAP4): binary rows <B kind> <u32 a> <u32 b> + a + b bytes: first one
           row per session id, then the messages in creation order: a packed value as it
           is (storage/packed.py), or a message that does not fit the packed layout as its
-          codec row in JSON; in CMSNAP5 each run of plain values (no flags) as column blocks
-          of up to 4096 messages (packed.COLUMN_BLOCK)
+          codec row in JSON; in CMSNAP6 each run of plain values (no flags) as column blocks
+          of up to 4096 messages, their headers a column of 18-byte fields and their contents
+          another (packed.HEAD_BLOCK); in CMSNAP5 as column blocks of the values whole
+          (packed.COLUMN_BLOCK)
     body (CMSNAP3): lines of JSON arrays of up to 4096 codec rows (codec.message_row)
     meta: compact JSON object (format_version, generation, log_offset, log_prefix_crc32,
           last_sequence, counters, count, body_length, body_crc32)
     trailer: <u32 meta length> <u32 crc32(meta)> b"CMSE"   (12 bytes, little-endian)
 
 Loading a binary body builds no Message and decodes no JSON: each packed value is kept as
-the bytes read (after its checks); a column block is loaded a block at a time, at C speed.
+the bytes read (after its checks); a column block is loaded a block at a time, at C speed,
+and a CMSNAP6 block's values are only built when one of them is first read or changed
+(packed._Block).
 """
 
 from __future__ import annotations
@@ -27,26 +33,32 @@ import contextlib
 import dataclasses
 import gc
 import json
+import queue
 import struct
+import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
+from convmem_engine.storage import packed
 from convmem_engine.storage.codec import loads
 from convmem_engine.storage.fs import FileSystem
 from convmem_engine.storage.packed import MessageTable
 from convmem_engine.storage.record import FORMAT_VERSION, UPGRADABLE_VERSIONS
 
-MAGIC: Final = b"CMSNAP5\n"
-COLUMNS: Final = 5  # the body layouts, named by their magic's digit
+MAGIC: Final = b"CMSNAP6\n"
+HEADS: Final = 6  # the body layouts, named by their magic's digit
+COLUMNS: Final = 5
 BINARY: Final = 4
 JSON_LINES: Final = 3
-MAGIC_OF: Final = {COLUMNS: MAGIC, BINARY: b"CMSNAP4\n"}  # the layouts written
+LAYOUT: Final = HEADS  # the layout written (the others only to test that they load)
+MAGIC_OF: Final = {HEADS: MAGIC, COLUMNS: b"CMSNAP5\n", BINARY: b"CMSNAP4\n"}
 # magic -> (store format version of the state, body layout). An older format's snapshot is
 # never loaded: its meta is read (it proves how far its log was durable), its body never is.
 MAGICS: Final = {
-    MAGIC: (FORMAT_VERSION, COLUMNS),
+    MAGIC: (FORMAT_VERSION, HEADS),
+    b"CMSNAP5\n": (FORMAT_VERSION, COLUMNS),
     b"CMSNAP4\n": (FORMAT_VERSION, BINARY),
     b"CMSNAP3\n": (FORMAT_VERSION, JSON_LINES),
     b"CMSNAP2\n": (2, 0),
@@ -58,15 +70,24 @@ _CHUNK: Final = 1 << 20
 _MAX_META: Final = 1 << 16
 
 
+FREEZE_FROM: Final = 20_000
+"""Loads of at least this many messages move what they made out of the collector's scans."""
+
+
 @contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
+def gc_paused(freeze: bool = False) -> Iterator[None]:
     """Pause the cyclic GC while building many long-lived objects (it would rescan them all,
-    repeatedly, for nothing: they are all reachable)."""
+    repeatedly, for nothing: they are all reachable). With `freeze`, what is alive when it
+    ends goes to the collector's permanent generation (`gc.freeze`, a list splice): else the
+    first collection after it walks every container made meanwhile (a million messages'
+    parts and blocks: 30-40 ms CPU, on whichever thread allocates next)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        if freeze:
+            gc.freeze()
         if was_enabled:
             gc.enable()
 
@@ -89,7 +110,7 @@ class SnapshotMeta:
     body_length: int
     body_crc32: int
     format_version: int = FORMAT_VERSION
-    layout: int = COLUMNS  # from the magic, not in the meta's JSON
+    layout: int = LAYOUT  # from the magic, not in the meta's JSON
 
     def to_bytes(self) -> bytes:
         d = dataclasses.asdict(self)
@@ -98,7 +119,7 @@ class SnapshotMeta:
 
     @classmethod
     def from_bytes(
-        cls, data: bytes, version: int = FORMAT_VERSION, layout: int = COLUMNS
+        cls, data: bytes, version: int = FORMAT_VERSION, layout: int = LAYOUT
     ) -> SnapshotMeta:
         d = loads(data.decode("ascii"))
         if not isinstance(d, dict):
@@ -113,14 +134,15 @@ class SnapshotMeta:
 
 
 def write_snapshot_file(
-    fs: FileSystem, fd: int, messages: MessageTable, layout: int = COLUMNS, **meta: int
+    fs: FileSystem, fd: int, messages: MessageTable, layout: int = LAYOUT, **meta: int
 ) -> int:
-    """Write a complete snapshot of `messages` to `fd` (not fsynced) in `layout` (COLUMNS;
-    BINARY only to test that older snapshots load). Returns its size. Raises OSError."""
+    """Write a complete snapshot of `messages` to `fd` (not fsynced) in `layout` (LAYOUT;
+    the others only to test that older snapshots load). Returns its size. Raises OSError."""
     size = _write_all(fs, fd, MAGIC_OF[layout])
     crc = 0
     body_length = 0
-    for piece in messages.binary_rows(_CHUNK, columns=layout == COLUMNS):
+    pieces = messages.binary_rows(_CHUNK, columns=layout >= COLUMNS, heads=layout == HEADS)
+    for piece in pieces:
         crc = zlib.crc32(piece, crc)
         body_length += len(piece)
         size += _write_all(fs, fd, piece)
@@ -175,14 +197,15 @@ def read_body(fs: FileSystem, fd: int, meta: SnapshotMeta) -> MessageTable:
     (or OSError); never decodes bytes that fail the body CRC, nor an older format's body."""
     if meta.format_version != FORMAT_VERSION:
         raise SnapshotError(f"a format {meta.format_version} snapshot is never loaded")
-    _check_body_crc(fs, fd, meta)
     out = MessageTable()
     try:
-        with gc_paused():
+        with gc_paused(freeze=meta.count >= FREEZE_FROM):
             if meta.layout == JSON_LINES:
+                _check_body_crc(fs, fd, meta)
                 _read_rows(fs, fd, meta, out)
             else:  # the binary rows count what they add
                 _read_binary_rows(fs, fd, meta, out)
+        out.check_unique()
         if len(out) != meta.count:
             raise SnapshotError("row count mismatch")
         if meta.layout == JSON_LINES:
@@ -237,15 +260,107 @@ def _read_rows(fs: FileSystem, fd: int, meta: SnapshotMeta, out: MessageTable) -
 
 
 def _read_binary_rows(fs: FileSystem, fd: int, meta: SnapshotMeta, out: MessageTable) -> None:
-    """The CMSNAP5 or CMSNAP4 body, read in 4 MiB pieces; a row (or column block) cut by a
+    """The CMSNAP6, CMSNAP5 or CMSNAP4 body: read and its CRC computed by a thread (the reads
+    and zlib let go of the GIL: on another core), in 4 MiB pieces that the rows are checked
+    and loaded from as they come; nothing is kept unless the CRC matches, and no JSON (a
+    metadata row, a message kept whole) is decoded before it is known to. A row cut by a
     piece's end is completed from the next (a row longer than a piece makes the buffer grow
     to hold it)."""
-    rest = b""
+    reader = _BodyReader(fs, fd, meta)
+
+    def verified() -> None:
+        if reader.crc() != meta.body_crc32:
+            raise SnapshotError("body CRC mismatch")
+
+    rest = b""  # the start of a row cut by a piece's end
+    columns = meta.layout >= COLUMNS
+    heads = meta.layout == HEADS
     load = out.load_binary
-    columns = meta.layout == COLUMNS
-    for chunk in _body_chunks(fs, fd, meta):
-        buf = rest + chunk if rest else chunk
-        used = load(buf, 0, columns)
-        rest = buf[used:]
+    try:
+        for chunk in reader.chunks():
+            pos = 0
+            if rest:  # completed from this piece: only that row is copied
+                if len(rest) < packed.ROW_SIZE:
+                    pos = min(packed.ROW_SIZE - len(rest), len(chunk))
+                    rest += chunk[:pos]
+                    if len(rest) < packed.ROW_SIZE:
+                        continue
+                _kind, a, b = packed.ROW.unpack_from(rest)
+                need = packed.ROW_SIZE + a + b - len(rest)
+                if need > len(chunk) - pos:
+                    rest += chunk[pos:]
+                    continue
+                row = rest + chunk[pos : pos + need]
+                if load(row, 0, columns, heads, verified) != len(row):
+                    raise SnapshotError("a row cut short")
+                pos += need
+            used = load(chunk, pos, columns, heads, verified)
+            rest = chunk[used:]
+    except Exception:
+        verified()  # a damaged body says so, whatever its rows made of it
+        raise
+    verified()
     if rest:
-        raise SnapshotError("body CRC mismatch or a row cut short")
+        raise SnapshotError("a row cut short")
+
+
+class _BodyReader:
+    """The body's pieces, read (and their CRC computed) ahead by a thread of its own."""
+
+    def __init__(self, fs: FileSystem, fd: int, meta: SnapshotMeta) -> None:
+        self._pieces: queue.SimpleQueue[bytes | BaseException | None] = queue.SimpleQueue()
+        fs.seek(fd, len(MAGIC))
+        self._crc = CrcThread(lambda: self._read(fs, fd, meta.body_length))
+
+    def _read(self, fs: FileSystem, fd: int, remaining: int) -> int:
+        crc = 0
+        try:
+            while remaining > 0:
+                chunk = fs.read(fd, min(_CHUNK * 4, remaining))
+                if not chunk:
+                    raise SnapshotError("unexpected end of body")
+                remaining -= len(chunk)
+                crc = zlib.crc32(chunk, crc)
+                self._pieces.put(chunk)
+        except BaseException as e:
+            self._pieces.put(e)
+            raise
+        self._pieces.put(None)
+        return crc
+
+    def chunks(self) -> Iterator[bytes]:
+        while True:
+            piece = self._pieces.get()
+            if piece is None:
+                return
+            if isinstance(piece, BaseException):
+                raise piece
+            yield piece
+
+    def crc(self) -> int:
+        """The body's CRC, once it is all read (raises what the reading raised)."""
+        return self._crc.result()
+
+
+class CrcThread:
+    """`compute()` (a CRC of bytes already read, or a file's: zlib and the reads let go of the
+    GIL) on a thread of its own; `result()` waits for it (and raises what it raised)."""
+
+    def __init__(self, compute: Callable[[], int]) -> None:
+        self._compute = compute
+        self._value = 0
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="convmem-crc", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._compute()
+        except BaseException as e:  # handed to result()
+            self._error = e
+
+    def result(self) -> int:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value

@@ -193,8 +193,12 @@ class Store:
         *,
         fs: FileSystem | None = None,
         on_locked: Callable[[], None] | None = None,
+        release_memory: Callable[[], object] | None = None,
     ) -> Store:
-        """`on_locked()` runs once the data dir's lock is held, before the files are read."""
+        """`on_locked()` runs once the data dir's lock is held, before the files are read.
+        `release_memory()` gives the C heap's free pages back to the system (the service's
+        `index.heap.release_free_memory`): called as the loaded snapshot's blocks are opened
+        (packed.MessageTable.release)."""
         path = os.fspath(data_dir)
         fs = fs if fs is not None else FileSystem()
         try:
@@ -207,6 +211,7 @@ class Store:
             if on_locked is not None:
                 on_locked()
             store._recover()
+            store._messages.release = release_memory
         except BaseException:
             store._abandon()
             raise
@@ -452,20 +457,27 @@ class Store:
             if not gen_size <= meta.log_offset <= log_size or meta.last_sequence < 1:
                 self._snapshot_valid = False
                 return None
-            if _prefix_crc(fs, rfd, meta.log_offset) != meta.log_prefix_crc32:
+            # The log's prefix CRC on a thread of its own (the reads and zlib let go of the
+            # GIL) while the body loads; the body is only used when both match.
+            offset = meta.log_offset
+            prefix = snap.CrcThread(lambda: _log_prefix_crc(fs, self._log_path, offset))
+            try:
+                body: MessageTable | None = snap.read_body(fs, sfd, meta)
+            except (snap.SnapshotError, OSError):
+                body = None
+            if prefix.result() != meta.log_prefix_crc32:
                 # The log changed under the snapshot: the full replay will name the bad record.
                 self._snapshot_valid = False
                 return None
-            try:
-                body = snap.read_body(fs, sfd, meta)
-            except (snap.SnapshotError, OSError):
+            if body is None:
                 self._snapshot_valid = False
                 return None
             self._messages = body  # before open returns: nobody holds the old view yet
             self._snapshot_size = size
-            if meta.layout == snap.COLUMNS:
+            if meta.layout == snap.LAYOUT:
                 self._snapshot_at = (meta.generation, meta.log_offset)
-            # else (JSON rows, or binary rows without column blocks: older versions): the next
+            # else (JSON rows, binary rows without column blocks or with the values whole in
+            # them: older versions): the next
             # close writes it again in the current layout, even when the log did not move (the
             # same state: a derived file's tag still holds)
             return meta
@@ -1066,6 +1078,16 @@ class Store:
 def _check_derived_name(name: str) -> None:
     if os.path.basename(name) != name or not name.endswith(derived.SUFFIX):
         raise ValueError(f"a derived file's name is a plain name ending in {derived.SUFFIX}")
+
+
+def _log_prefix_crc(fs: FileSystem, path: str, length: int) -> int:
+    """`_prefix_crc` of the file at `path`, read through a descriptor of its own."""
+    fd = fs.open_read(path)
+    try:
+        return _prefix_crc(fs, fd, length)
+    finally:
+        with contextlib.suppress(OSError):  # read only: nothing to lose
+            fs.close(fd)
 
 
 def _prefix_crc(fs: FileSystem, fd: int, length: int) -> int:

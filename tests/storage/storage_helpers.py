@@ -236,8 +236,11 @@ def binary_rows_snapshot(data: bytes) -> bytes:
 
     meta_len, _crc, _end = snap.TRAILER.unpack(data[-snap.TRAILER.size :])
     meta = snap.SnapshotMeta.from_bytes(data[-snap.TRAILER.size - meta_len : -snap.TRAILER.size])
+    layout = snap.MAGICS[data[: len(snap.MAGIC)]][1]
     table = MessageTable()
-    assert table.load_binary(snapshot_body(data), 0, columns=True) == meta.body_length
+    body = snapshot_body(data)
+    heads = layout == snap.HEADS
+    assert table.load_binary(body, 0, columns=True, heads=heads) == meta.body_length
     body = b"".join(table.binary_rows(1 << 20, columns=False))
     return resign_snapshot(snap.MAGIC_OF[snap.BINARY] + data[len(snap.MAGIC) :], body)
 

@@ -54,7 +54,7 @@ def test_every_shape_comes_back_equal_and_counted() -> None:
     assert list(table.values()) == msgs
     assert [table.get(m.message_id) for m in msgs] == msgs
     assert dict(table.view) == {m.message_id: m for m in msgs}
-    kept = [k for k, v in table._values.items() if type(v) is not bytes]
+    kept = [k for k, v in table.stored_items() if type(v) is not bytes]
     assert kept == ["01JR", "01JS", "01JB"]  # the ones the packed layout cannot hold
     assert [r for r in table.history_rows()] == [
         (m.message_id, m.session_id, m.metadata) for m in msgs
@@ -81,7 +81,7 @@ def test_packed_value_is_header_plus_content() -> None:
     table = MessageTable()
     m = make_message("hello")
     table.set(m)
-    v = table._values[m.message_id]
+    v = dict(table.stored_items())[m.message_id]
     assert type(v) is bytes and len(v) == packed.HEAD_SIZE + 5 == 23
     assert v.endswith(b"hello")
 
