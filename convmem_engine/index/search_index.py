@@ -100,6 +100,8 @@ _LOW: Final = 0xFFFF  # the low bits of a document number (its place in its cont
 _ONE_DOC: Final = sys.getsizeof(array("I", [0]))  # a new plain list of one document
 _H_EMPTY: Final = array("H").__sizeof__()  # an array's `__sizeof__` without its buffer
 _I_EMPTY: Final = array("I").__sizeof__()
+_PLAIN_LAST: Final = BIG - 1  # a plain list this long is packed by its next append
+_SET_GC: Final = sys.getsizeof(set()) - set().__sizeof__()  # sys.getsizeof's addition
 _PAUSE_GRAMS: Final = 32  # add_many(pause=...): grams between pauses (~30-100 us of work)
 _START: Final = "\x02"  # edge-gram markers: field start / field end
 _END: Final = "\x03"
@@ -721,7 +723,14 @@ class SearchIndex:
         for g in grams:
             p = post.get(g)
             if not isinstance(p, Postings):
-                grown += self._append_plain(g, p, doc)
+                if p is not None and (n := len(p)) < _PLAIN_LAST:
+                    # `_append_plain`'s common case in line: a plain list that stays one.
+                    before = p.__sizeof__()
+                    p.append(doc)
+                    if before == _I_EMPTY + 4 * n:  # it was full: reallocated
+                        grown += p.__sizeof__() - before
+                else:
+                    grown += self._append_plain(g, p, doc)
             else:
                 # Postings.append's common cases inlined (this loop runs for every gram of
                 # every message written): the last container is an array that stays one
@@ -909,7 +918,7 @@ class SearchIndex:
             self._post[g] = array("I", [doc])
             if len(g) == 2:
                 self._register_bigram(g)
-            return sys.getsizeof(g) + _ONE_DOC
+            return g.__sizeof__() + _ONE_DOC  # (a str's is its sys.getsizeof)
         before = p.__sizeof__()
         p.append(doc)
         n = len(p)
@@ -1289,16 +1298,17 @@ class SearchIndex:
             self._blk_len[block] = size
 
     def _register_bigram(self, gram: str) -> None:
-        size = sys.getsizeof
+        grown = 0
         for ch in set(gram):
             s = self._char_bigrams.get(ch)
             if s is None:
                 s = self._char_bigrams[ch] = set()
-                self._counted += size(ch)
+                grown += ch.__sizeof__() + _SET_GC
             else:
-                self._counted -= size(s)
+                grown -= s.__sizeof__()
             s.add(gram)
-            self._counted += size(s)
+            grown += s.__sizeof__()
+        self._counted += grown
 
     def _discard_gram(self, gram: str, doc: int) -> None:
         """Remove `doc` from `gram`'s list. The byte count relies on CPython's array keeping
