@@ -70,11 +70,18 @@ TREE_VARIABLE = "BENCH_MCP_TREE"  # the ConvMem tree a worker's shim runs from
 # ---- small utilities ------------------------------------------------------------------------
 
 
+def tree_root() -> str:
+    """The ConvMem tree the bench's processes run: `python -m` puts the working directory
+    first on the import path, so they also start there (else a run from inside another
+    checkout would import that checkout)."""
+    return os.environ.get(TREE_VARIABLE, str(ROOT))
+
+
 def child_env(tree: Path | None = None) -> dict[str, str]:
     """The environment of the processes the bench starts: ConvMem from `tree` (default: the
     tree a worker was told, else this one), Qt offscreen."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONVMEM_")}
-    root = str(tree) if tree is not None else os.environ.get(TREE_VARIABLE, str(ROOT))
+    root = str(tree) if tree is not None else tree_root()
     env[TREE_VARIABLE] = root
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     env["QT_QPA_PLATFORM"] = "offscreen"
@@ -227,7 +234,9 @@ async def _stdio_writes(command: list[str], n: int, tag: str) -> list[float]:
     from mcp.client import Client
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
-    params = StdioServerParameters(command=command[0], args=command[1:], env=child_env())
+    params = StdioServerParameters(
+        command=command[0], args=command[1:], env=child_env(), cwd=tree_root()
+    )
     out: list[float] = []
     with open(os.devnull, "w") as errlog:
         async with Client(stdio_client(params, errlog=errlog)) as client:
@@ -325,6 +334,7 @@ def cold_start(
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         env=child_env(),
+        cwd=tree_root(),
     )
     assert process.stdin is not None and process.stdout is not None
 
@@ -506,7 +516,9 @@ async def _worker(command: list[str], n: int, tag: str, go: Path) -> dict[str, A
     def write(i: int) -> tuple[str, dict[str, Any], Any]:
         return "write_message", write_args(i, tag), message_id
 
-    params = StdioServerParameters(command=command[0], args=command[1:], env=child_env())
+    params = StdioServerParameters(
+        command=command[0], args=command[1:], env=child_env(), cwd=tree_root()
+    )
     return await _drive(params, n, ("get_system_health", {}), write, go)
 
 
@@ -719,6 +731,7 @@ def read_back_convmem(data_dir: Path, results: list[dict[str, Any]]) -> int:
             command=PY,
             args=["-m", "convmem_app", "shim", "--data-dir", str(data_dir)],
             env=child_env(),
+            cwd=tree_root(),
         )
         found = 0
         with open(os.devnull, "w") as errlog:
