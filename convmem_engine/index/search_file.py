@@ -31,11 +31,12 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
-from collections.abc import Callable, Iterator
-from itertools import accumulate, pairwise
-from typing import Final, TypeVar
+from collections.abc import Callable, Iterator, Mapping
+from itertools import accumulate, chain, pairwise
+from typing import Final, TypeVar, cast
 
 from convmem_engine.index.doc_table import DocTable
+from convmem_engine.index.heap import release_free_memory
 from convmem_engine.index.postings import BITMAP, DENSE, PostingList, Postings
 from convmem_engine.index.search_index import _BLOCK_SHIFT, SearchIndex
 
@@ -51,6 +52,11 @@ HEADER: Final = struct.Struct("<IIIQIQIQIQIQ")
 _CHUNK: Final = 1 << 23  # postings copied per read: bounds the extra memory while loading
 _WRITE_CHUNK: Final = 1 << 20  # bytes per chunk written: bounds the extra memory while saving
 _ID_BATCH: Final = 1 << 15  # ids per chunk of the id table written
+_TRIM_WRITTEN: Final = 1 << 23
+"""encode(): the heap is trimmed (index/heap.py) after each section and every this many bytes
+of postings: what a chunk is made in re-uses free heap pages trimmed before, and they stay in
+memory once it is freed, so without the trims the close after a rebuild at a million messages
+rose +8.5 MiB over its whole write; with them it stays within a few MiB."""
 _ID_WINDOW: Final = 1 << 20  # id table bytes decoded at a time
 _EXACT: Final = 4096  # posting lists of at least this many bytes are loaded without spare room
 _ZEROS: Final = {"I": array("I", [0]), "H": array("H", [0])}
@@ -86,9 +92,20 @@ def _exact(typecode: str, data: memoryview) -> array[int]:
     return arr
 
 
-def _keys(keys: list[str]) -> tuple[bytes, bytes]:
-    """Key lengths (u32 code points each) and the keys' UTF-8."""
-    return _le(array("I", map(len, keys))), "".join(keys).encode("utf-8", "surrogatepass")
+def _keys(table: Mapping[str, PostingList]) -> tuple[int, bytes, bytes]:
+    """The count of `table`'s non-empty lists, their keys' lengths (u32 code points each) and
+    the keys' UTF-8, made from the table in place (no list of its items)."""
+    keys = [k for k, p in table.items() if p]
+    return (
+        len(keys),
+        _le(array("I", map(len, keys))),
+        "".join(keys).encode("utf-8", "surrogatepass"),
+    )
+
+
+def _lists(table: Mapping[str, PostingList]) -> Iterator[PostingList]:
+    """`table`'s non-empty posting lists in table order."""
+    return filter(None, table.values())
 
 
 def _shape(p: PostingList) -> tuple[int, int]:
@@ -111,17 +128,24 @@ def _list_bytes(p: PostingList) -> Iterator[bytes]:
 
 
 def _id_texts(ids: list[str | None]) -> Iterator[str]:
-    """The id table's text ("\\n".join of the ids, "" for None) in pieces of _ID_BATCH ids
-    (each but the last ends with its "\\n"), so that saving never holds the whole table
-    twice (its text and its UTF-8: 52 MB at a million documents). ValueError for an id
-    containing a line feed."""
+    """The id table's text ("\\n".join of the ids, "" for None) in pieces: each batch of
+    _ID_BATCH ids joined, a "\\n" on its own between two batches. So saving never holds the
+    whole table twice (its text and its UTF-8: 52 MB at a million documents), and a batch is
+    joined straight from its slice (no list grown from a generator, no copy with its line
+    feed added: blocks that would re-use, and so bring back into memory, the heap's trimmed
+    free pages; index/heap.py). ValueError for an id containing a line feed."""
     n = len(ids)
     for i in range(0, n, _ID_BATCH):
         part = ids[i : i + _ID_BATCH]
-        text = "\n".join(mid if mid is not None else "" for mid in part)
-        if text.count("\n") != len(part) - 1:
+        if None in part:  # removed documents: rare
+            part = ["" if mid is None else mid for mid in part]
+        text = "\n".join(cast("list[str]", part))
+        del part
+        if text.count("\n") != min(_ID_BATCH, n - i) - 1:
             raise ValueError("a message id contains a line feed")
-        yield text + "\n" if i + _ID_BATCH < n else text
+        if i:
+            yield "\n"
+        yield text
 
 
 def _utf8_size(text: str) -> int:
@@ -139,69 +163,76 @@ def encode(index: SearchIndex) -> Iterator[bytes]:
     """The index as a stream of chunks. Raises ValueError for an index it cannot write (a
     message id containing a line feed) before the first chunk: the caller then writes
     nothing. Holds at most about _WRITE_CHUNK bytes of its own beyond the index (and the
-    tables' keys) while streaming: no second copy of the id table or of the posting lists."""
+    tables' keys and a few u32 per list) while streaming: no second copy of the id table or
+    of the posting lists, and no object per list (the tables are walked again for each
+    section; the caller holds the index still)."""
     ids = index._ids
     id_size = sum(map(_utf8_size, _id_texts(ids)))  # checks every id before anything is written
-    tables: list[tuple[list[str], list[PostingList]]] = []
-    for table in (index._post, index._singles, index._sessions):
-        items: list[tuple[str, PostingList]] = [(k, p) for k, p in table.items() if p]
-        tables.append(([k for k, _ in items], [p for _, p in items]))
-    lane_items = sorted((k, p) for k, p in index._lanes.items() if p)
-    lanes = [p for _, p in lane_items]
-    lists = [p for _, ps in tables for p in ps] + lanes
-    shapes = [_shape(p) for p in tables[0][1]]
-    lane_shapes = [_shape(p) for p in lanes]
-    encoded = [_keys(keys) for keys, _ in tables]
-    total = sum(
-        _nbytes(len(p), *shape)
-        for p, shape in zip(tables[0][1] + lanes, shapes + lane_shapes, strict=True)
-    )
-    total += 4 * sum(len(p) for _, ps in tables[1:] for p in ps)
+    tables: tuple[Mapping[str, PostingList], ...] = (index._post, index._singles, index._sessions)
+    lane_levels = sorted(k for k, p in index._lanes.items() if p)
+    lanes = [index._lanes[k] for k in lane_levels]
+    shapes = array("I")  # containers then data words, per gram list then per lane
+    total = 0
+    for p in chain(_lists(index._post), lanes):
+        containers, words = _shape(p)
+        shapes.append(containers)
+        shapes.append(words)
+        total += _nbytes(len(p), containers, words)
+    total += 4 * sum(map(len, chain(_lists(index._singles), _lists(index._sessions))))
+    encoded = [_keys(table) for table in tables]
+    grams = encoded[0][0]
+    release_free_memory()
     yield HEADER.pack(
         FORMAT,
         len(ids),
         len(index._blk_ts),
         id_size,
-        *(
-            x
-            for (keys, _), (_, text) in zip(tables, encoded, strict=True)
-            for x in (len(keys), len(text))
-        ),
-        len(lane_items),
+        *(x for count, _, text in encoded for x in (count, len(text))),
+        len(lane_levels),
         total,
     )
     for piece in _id_texts(ids):
         yield piece.encode("utf-8", "surrogatepass")
+    release_free_memory()
     yield from _array_bytes(index._sig)
     yield index._imp.tobytes()
     yield _le(index._blk_ts)
     yield _le(index._blk_len)
-    for i, ((_, ps), (lengths, text)) in enumerate(zip(tables, encoded, strict=True)):
+    for i, (table, (_, lengths, text)) in enumerate(zip(tables, encoded, strict=True)):
         yield lengths
         yield text
-        yield _le(array("I", map(len, ps)))
+        yield _le(array("I", map(len, _lists(table))))
         if i == 0:
-            yield _le(array("I", [c for c, _ in shapes]))
-            yield _le(array("I", [w for _, w in shapes]))
-    yield array("b", [k for k, _ in lane_items]).tobytes()
+            yield _le(shapes[0 : 2 * grams : 2])
+            yield _le(shapes[1 : 2 * grams : 2])
+    del encoded
+    yield array("b", lane_levels).tobytes()
     yield _le(array("I", map(len, lanes)))
-    yield _le(array("I", [c for c, _ in lane_shapes]))
-    yield _le(array("I", [w for _, w in lane_shapes]))
+    yield _le(shapes[2 * grams :: 2])
+    yield _le(shapes[2 * grams + 1 :: 2])
+    del shapes
+    release_free_memory()
     batch: list[bytes] = []
     size = 0
-    for p in lists:
+    written = 0
+    for p in chain(*map(_lists, tables), lanes):
         for part in _list_bytes(p):
             if len(part) >= _WRITE_CHUNK:  # a long list on its own, not copied into a batch
                 if batch:
                     yield b"".join(batch)
                     batch, size = [], 0
                 yield part
+                written += len(part)
                 continue
             batch.append(part)
             size += len(part)
         if size >= _WRITE_CHUNK:
             yield b"".join(batch)
+            written += size
             batch, size = [], 0
+        if written >= _TRIM_WRITTEN:
+            release_free_memory()
+            written = 0
     if batch:
         yield b"".join(batch)
 

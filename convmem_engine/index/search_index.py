@@ -33,7 +33,7 @@ from typing import Final, TypeAlias
 
 from convmem_engine.domain.message import Message
 from convmem_engine.index.doc_table import DocTable
-from convmem_engine.index.heap import release_free_memory
+from convmem_engine.index.heap import large_blocks_mapped, release_free_memory
 from convmem_engine.index.postings import (
     _ARRAY_GC,
     BIG,
@@ -945,9 +945,20 @@ class SearchIndex:
         True the build stops and returns False (the index is left empty). `ids`, when given,
         is the id of each message in order (e.g. the store's snapshot's own list): it becomes
         the index's id table instead of a copy (each message's id is checked against it;
-        ValueError when they differ)."""
+        ValueError when they differ). Its arrays of 32 KiB or more are allocated as their own
+        mappings (`heap.large_blocks_mapped`: no heap fragmentation, spare room not resident)."""
         if self._ids:
             raise ValueError("build() needs an empty index")
+        with large_blocks_mapped():
+            return self._build(messages, cancelled, ids)
+
+    def _build(
+        self,
+        messages: Iterable[Message],
+        cancelled: Callable[[], bool] | None,
+        ids: list[str | None] | None,
+    ) -> bool:
+        """build(), the threshold set."""
         given = ids is not None
         if ids is None:
             ids = []
@@ -1009,6 +1020,7 @@ class SearchIndex:
         if local:
             self._add_container(post, local, start)
         del local
+        release_free_memory()  # the last container's lists
         if given and len(imps) != n_ids:
             raise ValueError("the ids given are not the messages' ids")
         copied = 0  # each copy's old array is freed at once: trimmed every _COMPACT_TRIM bytes
@@ -1028,11 +1040,13 @@ class SearchIndex:
             docs = DocTable(ids)
         except ValueError:
             raise ValueError("a message_id is given twice") from None
+        lanes = _lanes_of(imps)
+        release_free_memory()  # what making the lanes let go of
         self._install(
             post=post,
             singles=singles,
             sessions=dict(sessions),
-            lanes=_lanes_of(imps),
+            lanes=lanes,
             ids=ids,
             docs=docs,
             sig=sigs,

@@ -1,4 +1,5 @@
-"""index/heap.py: free C-heap memory really goes back to the system on Linux with glibc, and the
+"""index/heap.py: free C-heap memory really goes back to the system on Linux with glibc, large
+blocks get their own mappings while a build holds them, and each
 call is a harmless no-op elsewhere."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from convmem_engine.index.heap import release_free_memory
+from convmem_engine.index.heap import MAPPED_FROM, large_blocks_mapped, release_free_memory
 
 GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 
@@ -39,3 +40,50 @@ def test_freed_heap_blocks_leave_the_resident_set() -> None:
 @pytest.mark.skipif(GLIBC, reason="glibc releases (the test above)")
 def test_without_glibc_nothing_is_done() -> None:
     assert release_free_memory() is False
+
+
+def _mapped_blocks() -> int:
+    """glibc's count of blocks allocated as their own mappings (mallinfo2's hblks)."""
+    import ctypes
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [
+            (name, ctypes.c_size_t)
+            for name in (
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
+            ).split()
+        ]
+
+    mallinfo2 = ctypes.CDLL(None).mallinfo2
+    mallinfo2.restype = MallInfo2
+    return int(mallinfo2().hblks)
+
+
+@pytest.mark.skipif(not GLIBC, reason="mallopt is glibc's")
+def test_large_blocks_are_mapped_while_a_holder_holds_them() -> None:
+    # glibc maps a block only when no free heap chunk fits it: many blocks, more than the
+    # free chunks the test process may have, and counted by at least half.
+    size = 96 << 10  # above MAPPED_FROM, below glibc's default threshold (128 KiB)
+    count = 64
+    assert MAPPED_FROM < size < 128 << 10
+    with large_blocks_mapped() as held:
+        assert held is True
+        before = _mapped_blocks()
+        blocks = [bytearray(size) for _ in range(count)]
+        assert _mapped_blocks() - before >= count // 2
+        with large_blocks_mapped():  # a nested (or concurrent) holder shares it
+            pass
+        inner = [bytearray(size) for _ in range(count)]  # the outer holder still holds it
+        assert _mapped_blocks() - before >= count
+        del blocks, inner
+        assert _mapped_blocks() - before < count // 2  # mapped blocks go back when freed
+    before = _mapped_blocks()
+    after = [bytearray(size) for _ in range(count)]  # glibc's default threshold again
+    assert _mapped_blocks() == before
+    assert all(len(b) == size for b in after)
+
+
+@pytest.mark.skipif(GLIBC, reason="glibc maps them (the test above)")
+def test_without_glibc_large_blocks_change_nothing() -> None:
+    with large_blocks_mapped() as held:
+        assert held is False
