@@ -55,8 +55,8 @@ _ID_BATCH: Final = 1 << 15  # ids per chunk of the id table written
 _TRIM_WRITTEN: Final = 1 << 23
 """encode(): the heap is trimmed (index/heap.py) after each section and every this many bytes
 of postings: what a chunk is made in re-uses free heap pages trimmed before, and they stay in
-memory once it is freed, so without the trims the close after a rebuild at a million messages
-rose +8.5 MiB over its whole write; with them it stays within a few MiB."""
+memory once it is freed: encoding a loaded index of a million messages raised the RSS by
++8.8 MiB without them, +5.7 MiB with them (docs/benchmarks.md, "rebuild500")."""
 _ID_WINDOW: Final = 1 << 20  # id table bytes decoded at a time
 _EXACT: Final = 4096  # posting lists of at least this many bytes are loaded without spare room
 _ZEROS: Final = {"I": array("I", [0]), "H": array("H", [0])}
