@@ -365,6 +365,8 @@ class IndexSet:
             else:
                 loaded = saved() if saved is not None else None
             if not error and loaded is None:
+                if isinstance(live, MessagesView):  # not under the lock: see open_blocks
+                    live.open_blocks()
                 with self._lock.write(), self._search_lock.write():
                     if index is not self.search_index:
                         return  # replaced meanwhile (see below)

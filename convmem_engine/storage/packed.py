@@ -410,6 +410,14 @@ class MessageTable:
         if release is not None:
             release()
 
+    def open_blocks(self) -> None:
+        """Open every pending block now. Safe beside readers and writers under no lock of the
+        caller's: each block opens once, under the table's own lock, into its own part; a
+        writer opens a block before it changes one of its messages. A caller about to go
+        through every value under the store's write lock (a snapshot) does this first, so that
+        lock is not held while the blocks are split (0.35 s at a million messages)."""
+        self._open_all()
+
     def _open_all(self) -> None:
         """Open every pending block (before a reader that goes through the values)."""
         if self._pending:
@@ -1120,6 +1128,10 @@ class MessagesView(Mapping[str, Message]):
     def frozen(self) -> FrozenMessages:
         """The live messages at this moment, built when iterated (see MessageTable.frozen)."""
         return self._table.frozen()
+
+    def open_blocks(self) -> None:
+        """See MessageTable.open_blocks (no lock needed)."""
+        self._table.open_blocks()
 
     def with_metadata(self) -> Iterator[Message]:
         return self._table.with_metadata()
