@@ -219,17 +219,22 @@ def read_body(fs: FileSystem, fd: int, meta: SnapshotMeta) -> MessageTable:
     return out
 
 
-def _body_chunks(fs: FileSystem, fd: int, meta: SnapshotMeta) -> Iterator[bytes]:
-    """The body in 4 MiB pieces; SnapshotError when it ends early or, once read, when its
-    CRC does not match."""
-    fs.seek(fd, len(MAGIC))
-    remaining = meta.body_length
-    crc = 0
+def _pieces(fs: FileSystem, fd: int, remaining: int) -> Iterator[bytes]:
+    """The next `remaining` bytes of `fd` in 4 MiB pieces; SnapshotError when they end early."""
     while remaining > 0:
         chunk = fs.read(fd, min(_CHUNK * 4, remaining))
         if not chunk:
             raise SnapshotError("unexpected end of body")
         remaining -= len(chunk)
+        yield chunk
+
+
+def _body_chunks(fs: FileSystem, fd: int, meta: SnapshotMeta) -> Iterator[bytes]:
+    """The body in 4 MiB pieces; SnapshotError when it ends early or, once read, when its
+    CRC does not match."""
+    fs.seek(fd, len(MAGIC))
+    crc = 0
+    for chunk in _pieces(fs, fd, meta.body_length):
         crc = zlib.crc32(chunk, crc)
         yield chunk
     if crc != meta.body_crc32:
@@ -315,11 +320,7 @@ class _BodyReader:
     def _read(self, fs: FileSystem, fd: int, remaining: int) -> int:
         crc = 0
         try:
-            while remaining > 0:
-                chunk = fs.read(fd, min(_CHUNK * 4, remaining))
-                if not chunk:
-                    raise SnapshotError("unexpected end of body")
-                remaining -= len(chunk)
+            for chunk in _pieces(fs, fd, remaining):
                 crc = zlib.crc32(chunk, crc)
                 self._pieces.put(chunk)
         except BaseException as e:
