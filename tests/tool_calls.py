@@ -12,8 +12,12 @@ the service's own. On sys.path as `tool_calls` (pytest puts tests/ there for tes
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Callable
 from typing import Any
+
+from hypothesis.stateful import RuleBasedStateMachine
 
 from convmem_engine.service import MemoryService
 from convmem_engine.tools import ToolRegistry
@@ -47,3 +51,25 @@ class ToolCalls:
 
     def __exit__(self, *exc: object) -> None:
         self.service.close()
+
+
+class ServiceOnDisk(RuleBasedStateMachine):
+    """A hypothesis state machine over `ToolCalls` on a store in a folder of its own
+    (`self.dir`, `self.svc`, opened with `open_args`); at teardown the store's check must be
+    clean, and the store is closed and the folder removed whatever it says."""
+
+    def __init__(self, **open_args: Any) -> None:
+        super().__init__()
+        self.dir = tempfile.mkdtemp(prefix="convmem-machine-")
+        self.svc = ToolCalls.open(self.dir, **open_args)
+
+    def teardown(self) -> None:
+        try:
+            assert self.svc.check() == []
+        finally:
+            # closed even when the check fails: an open store left to the garbage collector
+            # reports its unclosed lock file in whichever later test collects it
+            try:
+                self.svc.close()
+            finally:
+                shutil.rmtree(self.dir, ignore_errors=True)

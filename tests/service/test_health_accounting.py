@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
-import tempfile
 import time
 from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
-from tool_calls import ToolCalls
+from hypothesis.stateful import Bundle, consumes, invariant, rule
+from tool_calls import ServiceOnDisk, ToolCalls
 
 from convmem_engine.domain import NotFoundError
 from convmem_engine.domain.message import Message, Metadata, Relation
@@ -45,25 +43,14 @@ def walked_estimate(svc: ToolCalls) -> dict[str, int]:
         return memory_estimate(service._store.stats(), service._indexes, walk=True)
 
 
-class HealthMachine(RuleBasedStateMachine):
+class HealthMachine(ServiceOnDisk):
     ids = Bundle("ids")
 
     def __init__(self) -> None:
-        super().__init__()
-        self.dir = tempfile.mkdtemp(prefix="convmem-health-")
         # A short flush delay: the background flush applies some queued changes itself.
-        self.svc = ToolCalls.open(self.dir, search_flush_delay=0.001)
+        super().__init__(search_flush_delay=0.001)
         self.imported = 0
         self.live: list[str] = []  # written ids not deleted (relation targets)
-
-    def teardown(self) -> None:
-        try:
-            assert self.svc.check() == []
-        finally:
-            try:
-                self.svc.close()
-            finally:
-                shutil.rmtree(self.dir, ignore_errors=True)
 
     @rule(
         target=ids,

@@ -4,8 +4,6 @@ rebuilds and reopens, compared after every step."""
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,13 +12,12 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
-    RuleBasedStateMachine,
     consumes,
     invariant,
     precondition,
     rule,
 )
-from tool_calls import ToolCalls
+from tool_calls import ServiceOnDisk, ToolCalls
 
 from convmem_engine.domain import ConflictError, NotFoundError
 
@@ -84,26 +81,13 @@ metadata_patches = st.fixed_dictionaries(
 )
 
 
-class ServiceMachine(RuleBasedStateMachine):
+class ServiceMachine(ServiceOnDisk):
     ids = Bundle("ids")
 
     def __init__(self) -> None:
         super().__init__()
-        self.dir = tempfile.mkdtemp(prefix="convmem-stateful-")
-        self.svc = ToolCalls.open(self.dir)
         self.model: dict[str, Model] = {}  # live messages, insertion order = creation order
         self.updated_at: dict[str, int] = {}
-
-    def teardown(self) -> None:
-        try:
-            assert self.svc.check() == []
-        finally:
-            # closed even when the check fails: an open store left to the garbage collector
-            # reports its unclosed lock file in whichever later test collects it
-            try:
-                self.svc.close()
-            finally:
-                shutil.rmtree(self.dir, ignore_errors=True)
 
     # -- writes ---------------------------------------------------------------------------------
 
