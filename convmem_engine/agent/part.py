@@ -9,9 +9,11 @@ shutdown and keeps queued tasks for the next start. The MCP side
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from convmem_engine.agent.config import AgentConfig
     from convmem_engine.agent.service import AgentService
     from convmem_engine.service import MemoryService
 
@@ -19,8 +21,12 @@ if TYPE_CHECKING:
 class AgentPart:
     name = "agent"
 
-    def __init__(self) -> None:
+    def __init__(
+        self, *, read_config: Callable[[str | os.PathLike[str]], AgentConfig] | None = None
+    ) -> None:
+        """`read_config(data_dir)` reads the settings (default: `agent.yaml`, `load_config`)."""
         self.agent: AgentService | None = None
+        self._read_config = read_config
 
     def start(self, runtime: Any) -> None:
         """The runtime's `Part` seam: start the queue on the runtime's open service."""
@@ -30,7 +36,8 @@ class AgentPart:
         from convmem_engine.agent.config import load_config
         from convmem_engine.agent.service import AgentService  # and the Ollama client
 
-        agent = AgentService(data_dir, service, load_config(data_dir))
+        config = (self._read_config or load_config)(data_dir)
+        agent = AgentService(data_dir, service, config)
         agent.start()
         self.agent = agent
         return agent

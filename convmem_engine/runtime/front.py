@@ -477,6 +477,10 @@ class StdioFront:
         self._tools: ToolRegistry | None = None
         self._tools_known = False  # serve_tools was called (the registry, or None: no calls)
         self._list_static: bool | None = None  # tools/list is the generated one (agent off)
+        self.agent_config_absent = False
+        """The data dir had no `agent.yaml` when the front started: `tools/list` may be answered
+        without the agent's tools at once, so the agent part must take the agent as off
+        (`serve_cli`), even if the file appears before the part reads it."""
         self._handled: set[str | int] = set()  # ids of the calls the front took
         self.answered = 0
         """Requests the front answered after the handshake (for the log and the tests)."""
@@ -495,6 +499,7 @@ class StdioFront:
                 os.path.join(self._data_dir, AGENT_CONFIG)
             ):
                 self._list_static = True  # no agent.yaml: the agent is off
+                self.agent_config_absent = True
         self._thread.start()
 
     # -- the reader thread ---------------------------------------------------------------

@@ -42,6 +42,7 @@ from convmem_engine.runtime.stdio_listener import private_stdout
 if TYPE_CHECKING:
     from mcp.server import Server
 
+    from convmem_engine.agent.config import AgentConfig
     from convmem_engine.agent.part import AgentPart
     from convmem_engine.runtime.front import StdioFront
     from convmem_engine.runtime.runtime import Runtime
@@ -126,12 +127,14 @@ def agent_runtime(
     *,
     before_server: Callable[[MemoryService, AgentPart], None] | None = None,
     search_gate: threading.Event | None = None,
+    read_agent_config: Callable[[str | os.PathLike[str]], AgentConfig] | None = None,
 ) -> tuple[Runtime, AgentPart]:
     """A runtime whose parts include the memory agent's queue (`agent.yaml`), whose MCP server
     carries `agent_run`/`agent_status` and the Tasks extension, and whose sessions admit an
     `agent_run` with the configured maximum images. `before_server(service, part)` runs once
     the service is open and the parts have started, before the server (and the SDK) loads;
-    `search_gate`: the service's background search build waits for it (`MemoryService`)."""
+    `search_gate`: the service's background search build waits for it (`MemoryService`);
+    `read_agent_config(data_dir)`: the agent's settings (default: `agent.yaml`)."""
     from convmem_engine.agent.part import AgentPart
     from convmem_engine.runtime.runtime import Runtime
     from convmem_engine.service import MemoryService
@@ -139,7 +142,7 @@ def agent_runtime(
     def open_service(folder: Path, on_locked: Callable[[], None] | None) -> MemoryService:
         return MemoryService.open(folder, on_locked=on_locked, search_gate=search_gate)
 
-    part = AgentPart()
+    part = AgentPart(read_config=read_agent_config)
 
     def build(service: MemoryService) -> Server[Any]:
         if before_server is not None:
@@ -153,6 +156,19 @@ def agent_runtime(
 
     runtime = Runtime(data_dir, parts=[part], open_service=open_service, build_server=build)
     return runtime, part
+
+
+def _config_as_front_saw(front: StdioFront) -> Callable[[str | os.PathLike[str]], AgentConfig]:
+    """The agent's settings as of the front's start: the defaults (the agent off) when the data
+    dir had no `agent.yaml` then, since `tools/list` may have been answered without the agent's
+    tools already (`listChanged` is false: the list must not change within the process)."""
+
+    def read(data_dir: str | os.PathLike[str]) -> AgentConfig:
+        from convmem_engine.agent.config import AgentConfig, load_config
+
+        return AgentConfig() if front.agent_config_absent else load_config(data_dir)
+
+    return read
 
 
 def _front_serves_tools(
@@ -209,7 +225,12 @@ def serve(data_dir: Path, http: HttpOptions | None = None) -> int:
         with _counting_stop_signals(opening) as signals:
             gate = None if front is None else threading.Event()
             early = None if front is None or gate is None else _front_serves_tools(front, gate)
-            runtime, _agent = agent_runtime(data_dir, before_server=early, search_gate=gate)
+            runtime, _agent = agent_runtime(
+                data_dir,
+                before_server=early,
+                search_gate=gate,
+                read_agent_config=None if front is None else _config_as_front_saw(front),
+            )
             try:
                 runtime.open(on_locked=locked)
             except Exception as error:
