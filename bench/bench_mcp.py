@@ -35,7 +35,8 @@ Usage: python bench/bench_mcp.py [--sizes 1000,100000,258145] [--million] [--wri
          of each SDK client, from /proc, counted until the app's CPU stands still after the
          last write; the app's idle CPU measured before; optionally a py-spy profile of the
          app per count (--idle off, or --gil); with --tree, one app per ConvMem tree, taking
-         turns round by round: an A/B on the same machine)
+         turns round by round: an A/B on the same machine; with --lean-hosts each host is
+         a standard-library JSON-RPC client instead of the SDK client)
 Linux only (reads /proc). Prints a table per section; --json keeps every figure for
 bench/plot_mcp.py.
 """
@@ -552,7 +553,71 @@ async def _peer_worker(command: list[str], n: int, tag: str, go: Path) -> dict[s
     return await _drive(params, n, ("read_graph", {}), write, go)
 
 
+def _lean_worker(command: list[str], n: int, tag: str, go: Path) -> dict[str, Any]:
+    """A host whose client costs next to nothing: JSON-RPC lines written and read with the
+    standard library over the same shim (or server) process the SDK client would start, one
+    call at a time. What 8 of them get against 1 is what the app and the shim allow, without
+    the SDK client's own CPU (section 4 with --lean-hosts)."""
+    load_corpus()  # loaded before the clock starts
+    process = subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=child_env(),
+        cwd=tree_root(),
+    )
+    assert process.stdin is not None and process.stdout is not None
+    stdin, stdout = process.stdin, process.stdout
+
+    def call(request: bytes, want_id: int) -> dict[str, Any]:
+        stdin.write(request)
+        stdin.flush()
+        return read_answer(stdout, want_id)
+
+    latencies: list[float] = []
+    acknowledged: list[str] = []
+    try:
+        call(INITIALIZE, 1)
+        stdin.write(INITIALIZED)
+        call(health_call(2), 2)  # connected and warm
+        print("ready", flush=True)
+        while not go.exists():
+            time.sleep(0.005)
+        began = time.perf_counter()
+        cpu_began, child_began = time.process_time(), children_cpu_seconds(os.getpid())
+        for i in range(n):
+            request = rpc(
+                i + 3, "tools/call", {"name": "write_message", "arguments": write_args(i, tag)}
+            )
+            t = time.perf_counter()
+            answer = call(request, i + 3)
+            latencies.append((time.perf_counter() - t) * 1000)
+            result = answer.get("result") or {}
+            if not result.get("isError", True):
+                text = result["content"][0]["text"]
+                acknowledged.append(str(json.loads(text)["message"]["message_id"]))
+        ended = time.perf_counter()
+        client_cpu = time.process_time() - cpu_began
+        child_cpu = children_cpu_seconds(os.getpid()) - child_began
+    finally:
+        stdin.close()
+        process.wait(60)
+        stdout.close()
+    return {
+        "latencies": latencies,
+        "acknowledged": acknowledged,
+        "began": began,
+        "ended": ended,
+        "client_cpu_s": client_cpu,
+        "child_cpu_s": child_cpu,
+    }
+
+
 def worker_main(kind: str, command: list[str], n: int, tag: str, go: str, out: str) -> int:
+    if kind == "lean":
+        Path(out).write_text(json.dumps(_lean_worker(command, n, tag, Path(go))))
+        return 0
     import anyio
 
     run = _worker if kind == "convmem" else _peer_worker
@@ -807,10 +872,12 @@ def app_clients(
     rounds: int = 1,
     idle_seconds: float = 5.0,
     tray: bool = False,
+    host: str = "convmem",
 ) -> dict[str, dict[int, dict[str, Any]]]:
     """One app per tree (default: this one), each driven by 1/8/16 hosts in turn; with several
     trees and rounds the apps take turns (the order reversed every round), so each sees the
-    same machine. Per tree and count: the median round's figures, every round's app CPU."""
+    same machine. Per tree and count: the median round's figures, every round's app CPU.
+    `host`: "convmem" (each host the SDK client) or "lean" (`_lean_worker`)."""
     sys.path.insert(0, str(ROOT / "tests" / "app"))
     from app_helpers import control
 
@@ -848,7 +915,7 @@ def app_clients(
             os.environ[TREE_VARIABLE] = str(trees[name])
             try:
                 shim = [PY, "-m", "convmem_app", "shim", "--data-dir", str(data_dir)]
-                run_clients("convmem", shim, 1, min(per_client, 300), work)
+                run_clients(host, shim, 1, min(per_client, 300), work)
             finally:
                 os.environ.pop(TREE_VARIABLE, None)
             idle[name] = idle_cpu_ms_per_s(app.pid, idle_seconds)
@@ -874,9 +941,7 @@ def app_clients(
 
                     os.environ[TREE_VARIABLE] = str(trees[name])  # the workers' shims
                     try:
-                        results = run_clients(
-                            "convmem", shim, clients, per_client, work, on_go=watch
-                        )
+                        results = run_clients(host, shim, clients, per_client, work, on_go=watch)
                     finally:
                         os.environ.pop(TREE_VARIABLE, None)
                     row = summarise_clients(results)
@@ -1091,6 +1156,12 @@ def main() -> int:
         "by default offscreen Qt has no tray and the app shows its window",
     )
     parser.add_argument(
+        "--lean-hosts",
+        action="store_true",
+        help="section 4: each host a stdlib JSON-RPC client instead of the SDK client (what "
+        "the app and the shim allow without the SDK client's CPU)",
+    )
+    parser.add_argument(
         "--idle-seconds", type=float, default=5.0, help="section 4: idle CPU window per app"
     )
     args = parser.parse_args()
@@ -1130,6 +1201,7 @@ def main() -> int:
             args.rounds,
             args.idle_seconds,
             args.tray,
+            "lean" if args.lean_hosts else "convmem",
         )
         figures["app"] = next(iter(by_tree.values()))
         if len(by_tree) > 1:
