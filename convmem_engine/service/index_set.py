@@ -365,8 +365,8 @@ class IndexSet:
             else:
                 loaded = saved() if saved is not None else None
             if not error and loaded is None:
-                if isinstance(live, MessagesView):  # not under the lock: see open_blocks
-                    live.open_blocks()
+                # (the snapshot leaves the store's pending blocks as they are: taken under the
+                # lock in milliseconds, and ~30 MiB less at a million: `MessageTable.frozen`)
                 with self._lock.write(), self._search_lock.write():
                     if index is not self.search_index:
                         return  # replaced meanwhile (see below)

@@ -413,9 +413,8 @@ class MessageTable:
     def open_blocks(self) -> None:
         """Open every pending block now. Safe beside readers and writers under no lock of the
         caller's: each block opens once, under the table's own lock, into its own part; a
-        writer opens a block before it changes one of its messages. A caller about to go
-        through every value under the store's write lock (a snapshot) does this first, so that
-        lock is not held while the blocks are split (0.35 s at a million messages)."""
+        writer opens a block before it changes one of its messages. (A snapshot does not open
+        them: `frozen`.)"""
         self._open_all()
 
     def _open_all(self) -> None:
@@ -603,10 +602,23 @@ class MessageTable:
     def frozen(self) -> FrozenMessages:
         """The messages live now, materialized only when iterated (the table may change
         meanwhile): 16 bytes per message instead of a Message each (the values held in parts
-        of FROZEN_PART, which `FrozenMessages.take` lets go of as they are read)."""
-        values = self._stored()
-        n = len(self)
-        parts = [list(islice(values, FROZEN_PART)) for _ in range(0, n, FROZEN_PART)]
+        of FROZEN_PART, which `FrozenMessages.take` lets go of as they are read).
+
+        A block still pending is not opened: the snapshot holds its bytes as they are (the
+        table's own, immutable: nothing more while the block stays pending) and splits them
+        when a reader reaches it. Opening every block would turn each block's one buffer into
+        a bytes object per message for the rest of the process's life: ~30 MiB at a million
+        messages (docs/benchmarks.md, "The 1M rebuild start under 500 MiB")."""
+        parts: list[_Part] = []
+        with self._open_lock:  # no block opens halfway through (readers may run beside)
+            for part, block in zip(self._all(), [*self._blocks, None], strict=True):
+                if block is not None and block.ids is not None:  # pending: the whole part
+                    parts.append(_Block(block.ids, block.raw, block.sessions))
+                    continue
+                values: Iterator[bytes | Message] = iter(part.values())  # type: ignore[arg-type]
+                parts += [
+                    list(islice(values, FROZEN_PART)) for _ in range(0, len(part), FROZEN_PART)
+                ]
         return FrozenMessages(self, list(self.iter_keys()), parts)
 
     def rows(self) -> Iterator[list[Any]]:
@@ -1049,11 +1061,20 @@ FROZEN_PART: Final = 4096
 freed by `take`'s reader for what that reader makes next)."""
 
 
-def _drained(parts: list[list[bytes | Message]]) -> Iterator[bytes | Message]:
+_Part = list[bytes | Message] | _Block
+"""A part of a `FrozenMessages`: up to FROZEN_PART values, or a pending block (split when
+reached)."""
+
+
+def _part_values(part: _Part) -> list[bytes | Message]:
+    return part.values(part.raw) if type(part) is _Block else part  # type: ignore[return-value]
+
+
+def _drained(parts: list[_Part]) -> Iterator[bytes | Message]:
     """The values of `parts` in order, each part dropped (from `parts` too) once read."""
     parts.reverse()
     while parts:
-        yield from parts.pop()
+        yield from _part_values(parts.pop())
 
 
 class FrozenMessages(Collection[Message]):
@@ -1062,18 +1083,16 @@ class FrozenMessages(Collection[Message]):
 
     __slots__ = ("_keys", "_parts", "_table")
 
-    def __init__(
-        self, table: MessageTable, keys: list[str], parts: list[list[bytes | Message]]
-    ) -> None:
+    def __init__(self, table: MessageTable, keys: list[str], parts: list[_Part]) -> None:
         self._table = table
         self._keys = keys
-        self._parts = parts  # the values, FROZEN_PART at a time
+        self._parts = parts  # the values, FROZEN_PART at a time or a pending block's bytes
 
     def __len__(self) -> int:
         return len(self._keys)
 
     def __iter__(self) -> Iterator[Message]:
-        values = chain.from_iterable(self._parts)
+        values = chain.from_iterable(map(_part_values, self._parts))
         return self._table.materialize(zip(self._keys, values, strict=True))
 
     def take(self) -> tuple[list[str], Iterator[Message]]:
@@ -1128,10 +1147,6 @@ class MessagesView(Mapping[str, Message]):
     def frozen(self) -> FrozenMessages:
         """The live messages at this moment, built when iterated (see MessageTable.frozen)."""
         return self._table.frozen()
-
-    def open_blocks(self) -> None:
-        """See MessageTable.open_blocks (no lock needed)."""
-        self._table.open_blocks()
 
     def with_metadata(self) -> Iterator[Message]:
         return self._table.with_metadata()

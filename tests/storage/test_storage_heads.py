@@ -266,3 +266,44 @@ def test_blocks_open_beside_a_writer(tmp_path: Path) -> None:
     assert not table._pending
     assert dict(table.items()) == expected and list(table.keys()) == list(expected)
     assert table.memory() == MessageTable.recount(table)
+
+
+def test_a_snapshot_leaves_pending_blocks_pending(tmp_path: Path) -> None:
+    """`frozen` (the background search build's snapshot) holds a pending block's bytes as they
+    are instead of opening it (a bytes object per message for the rest of the process's
+    life): every block stays pending, and the snapshot still gives the messages as they were
+    when it was taken, iterated or taken, whatever the table's writers do to them after."""
+    msgs = _messages(3 * packed.BLOCK_ROWS + 50)
+    table = _load(_snapshot_of(tmp_path, msgs, snap.HEADS))
+    assert len(table._pending) == 4
+    frozen = table.frozen()
+    again = table.frozen()
+    assert all(b.ids for b, _ in table._pending)  # none opened
+    assert list(frozen) == msgs and len(frozen) == len(msgs)
+    assert all(b.ids for b, _ in table._pending)  # not by reading the snapshot either
+    changed = Message(msgs[3].message_id, "s9", 1, "user", "changed", 2, 2, DEFAULT_METADATA)
+    table.set(changed)  # opens that block in the table
+    assert table.pop(msgs[-2].message_id) == msgs[-2]
+    table.set(make_message("after the snapshot"))
+    assert sum(1 for b, _ in table._pending if b.ids is None) >= 1
+    assert list(frozen) == msgs  # as it was taken
+    keys, taken = again.take()
+    assert keys == [m.message_id for m in msgs] and list(taken) == msgs
+    assert len(again) == 0 and list(again) == []
+    assert table.get(msgs[3].message_id) == changed
+
+
+def test_a_snapshot_of_opened_and_pending_parts_is_in_order(tmp_path: Path) -> None:
+    """Parts of every kind in one snapshot: opened blocks, pending ones, runs of rows (a rich
+    and a kept message between the blocks) and the tail of new writes, in the table's order."""
+    msgs = _messages(2 * packed.BLOCK_ROWS + 7)
+    table = _load(_snapshot_of(tmp_path, msgs, snap.HEADS))
+    assert table.get(msgs[0].message_id) == msgs[0]  # the first block opened
+    late = [make_message(f"late {i}") for i in range(5)]
+    for m in late:
+        table.set(m)
+    assert [b.ids is None for b, _ in table._pending].count(True) == 1
+    keys, taken = table.frozen().take()
+    assert list(taken) == [*msgs, *late]
+    assert keys == [m.message_id for m in [*msgs, *late]]
+    assert [b.ids is None for b, _ in table._pending].count(True) == 1
