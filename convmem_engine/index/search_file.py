@@ -31,7 +31,7 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import accumulate, chain, pairwise
 from typing import Final, TypeVar, cast
 
@@ -51,7 +51,7 @@ signatures and compressed importance lanes (3: 64-bit signatures, lanes as plain
 HEADER: Final = struct.Struct("<IIIQIQIQIQIQ")
 _CHUNK: Final = 1 << 23  # postings copied per read: bounds the extra memory while loading
 _WRITE_CHUNK: Final = 1 << 20  # bytes per chunk written: bounds the extra memory while saving
-_ID_BATCH: Final = 1 << 15  # ids per chunk of the id table written
+_ID_BATCH: Final = 1 << 13  # ids per chunk of the id table written (~220 kB)
 _TRIM_WRITTEN: Final = 1 << 23
 """encode(): the heap is trimmed (index/heap.py) after each section and every this many bytes
 of postings: what a chunk is made in re-uses free heap pages trimmed before, and they stay in
@@ -119,12 +119,39 @@ def _nbytes(count: int, containers: int, words: int) -> int:
     return 4 * (containers + 1) + 2 * words if containers else 4 * count
 
 
-def _list_bytes(p: PostingList) -> Iterator[bytes]:
-    if isinstance(p, Postings):
-        yield _le(p.at)
-        yield _le(p.data)
-    else:
-        yield _le(p)
+def _list_arrays(p: PostingList) -> tuple[array[int], ...]:
+    return (p.at, p.data) if isinstance(p, Postings) else (p,)
+
+
+def _postings_chunks(lists: Iterable[PostingList]) -> Iterator[bytes]:
+    """The posting lists' bytes (little-endian), in chunks of about _WRITE_CHUNK bytes: the
+    lists shorter than that copied straight from their arrays into one buffer (no bytes object
+    per list: a million small ones would churn the heap, whose trimmed pages they bring back
+    into memory), a longer one as a chunk of its own. Holds the buffer and the chunk being
+    written, nothing else."""
+    buf = bytearray(_WRITE_CHUNK)
+    view = memoryview(buf)
+    used = 0
+    written = 0
+    for p in lists:
+        for arr in _list_arrays(p):
+            n = len(arr) * arr.itemsize
+            if used + n > _WRITE_CHUNK and used:
+                yield bytes(view[:used])
+                written += used
+                used = 0
+            if n >= _WRITE_CHUNK:  # a long list on its own
+                yield _le(arr)
+                written += n
+            elif n:
+                view[used : used + n] = memoryview(arr).cast("B") if _LITTLE else _le(arr)
+                used += n
+        if written >= _TRIM_WRITTEN:
+            release_free_memory()
+            written = 0
+    if used:
+        yield bytes(view[:used])
+    view.release()
 
 
 def _id_texts(ids: list[str | None]) -> Iterator[str]:
@@ -179,15 +206,15 @@ def encode(index: SearchIndex) -> Iterator[bytes]:
         shapes.append(words)
         total += _nbytes(len(p), containers, words)
     total += 4 * sum(map(len, chain(_lists(index._singles), _lists(index._sessions))))
-    encoded = [_keys(table) for table in tables]
-    grams = encoded[0][0]
+    sizes = [(count, len(text)) for count, _, text in map(_keys, tables)]  # (made again below)
+    grams = sizes[0][0]
     release_free_memory()
     yield HEADER.pack(
         FORMAT,
         len(ids),
         len(index._blk_ts),
         id_size,
-        *(x for count, _, text in encoded for x in (count, len(text))),
+        *(x for size in sizes for x in size),
         len(lane_levels),
         total,
     )
@@ -198,43 +225,22 @@ def encode(index: SearchIndex) -> Iterator[bytes]:
     yield index._imp.tobytes()
     yield _le(index._blk_ts)
     yield _le(index._blk_len)
-    for i, (table, (_, lengths, text)) in enumerate(zip(tables, encoded, strict=True)):
+    for i, table in enumerate(tables):
+        _, lengths, text = _keys(table)
         yield lengths
         yield text
+        del lengths, text
         yield _le(array("I", map(len, _lists(table))))
         if i == 0:
             yield _le(shapes[0 : 2 * grams : 2])
             yield _le(shapes[1 : 2 * grams : 2])
-    del encoded
     yield array("b", lane_levels).tobytes()
     yield _le(array("I", map(len, lanes)))
     yield _le(shapes[2 * grams :: 2])
     yield _le(shapes[2 * grams + 1 :: 2])
     del shapes
     release_free_memory()
-    batch: list[bytes] = []
-    size = 0
-    written = 0
-    for p in chain(*map(_lists, tables), lanes):
-        for part in _list_bytes(p):
-            if len(part) >= _WRITE_CHUNK:  # a long list on its own, not copied into a batch
-                if batch:
-                    yield b"".join(batch)
-                    batch, size = [], 0
-                yield part
-                written += len(part)
-                continue
-            batch.append(part)
-            size += len(part)
-        if size >= _WRITE_CHUNK:
-            yield b"".join(batch)
-            written += size
-            batch, size = [], 0
-        if written >= _TRIM_WRITTEN:
-            release_free_memory()
-            written = 0
-    if batch:
-        yield b"".join(batch)
+    yield from _postings_chunks(chain(*map(_lists, tables), lanes))
 
 
 def _read_keys(read: Reader, count: int, text_bytes: int) -> list[str]:
