@@ -678,6 +678,14 @@ def _new_lows() -> array[int]:
     return array("H")
 
 
+def _paced(grams: Iterable[str], pause: Callable[[], object]) -> Iterator[str]:
+    """`grams`, with `pause()` called after every `_PAUSE_GRAMS` of them."""
+    for i, g in enumerate(grams, 1):
+        yield g
+        if not i % _PAUSE_GRAMS:
+            pause()
+
+
 class SearchIndex:
     """Gram postings over content, summary and tags; see the module docstring."""
 
@@ -709,12 +717,18 @@ class SearchIndex:
     def __contains__(self, message_id: object) -> bool:
         return message_id in self._docs
 
-    def add(self, msg: Message) -> None:
-        """Index a message that is not indexed yet (ValueError if its id is)."""
+    def add(self, msg: Message, pause: Callable[[], object] | None = None) -> None:
+        """Index a message that is not indexed yet (ValueError if its id is). `pause`, if
+        given, is called every `_PAUSE_GRAMS` grams of a long message (as in `add_many`:
+        the service's background flush lets another thread run there; nothing may read or
+        change the index meanwhile)."""
         if msg.message_id in self._docs:
             raise ValueError("message_id is already indexed; use replace()")
         doc = self._add_document(msg)
+        grams: Iterable[str]
         grams, singles = _grams(msg)
+        if pause is not None and len(grams) > 2 * _PAUSE_GRAMS:
+            grams = _paced(grams, pause)
         post = self._post
         high = doc >> 16
         low = doc & 0xFFFF

@@ -56,9 +56,18 @@ from convmem_engine.storage.packed import MessagesView
 BACKGROUND_SEARCH_FROM: Final = 20_000
 """Stores with at least this many live messages build their search index in the background."""
 BATCH_FROM: Final = 20_000
-"""Indexes of at least this many messages take a run of queued adds as one `add_many` batch;
-smaller ones add them one by one (there grouping a batch's grams costs more than it saves:
-docs/benchmarks.md, "Search-index updates off the write path")."""
+"""Indexes of at least this many messages take a long run of queued adds (BATCH_CHARS) as one
+`add_many` batch; smaller ones add them one by one (there grouping a batch's grams costs more
+than it saves: docs/benchmarks.md, "Search-index updates off the write path")."""
+BATCH_CHARS: Final = 3_000
+"""A run of queued adds goes to `add_many` (in an index of BATCH_FROM messages or more) only
+when its messages' contents total at least this many characters; a shorter run is added one
+by one. Grouping pays per (gram, message) pair, and only once the batch's messages share
+enough grams: at 1M messages, `add` one by one against `add_many`, microseconds per message
+(medians): 49-character chat lines 66 vs 123 (4 a batch), 85 vs 119 (16), 90 vs 91 (64), 86
+vs 73 (256); 210-character texts 328 vs 458 (4), 358 vs 374 (16), 308 vs 262 (64), 320 vs 227
+(128). Both cross near 3,000 characters a run (docs/benchmarks.md, "Write p50 from empty to
+1M"). The background flush's batches while one host writes are ~5-15 messages."""
 FLUSH_DELAY: Final = 0.010
 """Seconds a queued search-index change waits for the background flush (more changes join it
 meanwhile: one batch). docs/benchmarks.md, "Search-index updates off the write path"."""
@@ -168,17 +177,29 @@ def _merged(
     return [hit for _, hit in keyed[:limit]]
 
 
+def _run_chars(changes: list[Change], i: int, j: int, enough: int) -> int:
+    """The characters of the contents of the adds `changes[i:j]`, counted up to `enough`."""
+    total = 0
+    for k in range(i, j):
+        total += len(changes[k][1].content)
+        if total >= enough:
+            break
+    return total
+
+
 def _apply_search_changes(
     index: SearchIndex,
     changes: list[Change],
     batch_from: int = BATCH_FROM,
     pause: Callable[[], None] | None = None,
+    batch_chars: int = BATCH_CHARS,
 ) -> None:
     """Apply `changes` ("add", "remove" or "replace" `msg` by `new`) to a search index, in
-    order: each run of adds as one batch (`SearchIndex.add_many`) once the index holds
-    `batch_from` messages (one by one below: see BATCH_FROM), the others one by one.
-    `pause` (the background flush's, `_pauser`) is called between changes and within a
-    batch."""
+    order: each run of adds of at least `batch_chars` characters as one batch
+    (`SearchIndex.add_many`) once the index holds `batch_from` messages (one by one
+    otherwise: see BATCH_FROM and BATCH_CHARS), the others one by one.
+    `pause` (the background flush's, `_pauser`) is called between changes, within a batch
+    and within a long message's add."""
     i = 0
     n = len(changes)
     while i < n:
@@ -188,10 +209,10 @@ def _apply_search_changes(
             while j < n and changes[j][0] == "add":
                 j += 1
             if j - i == 1:
-                index.add(msg)
-            elif len(index) < batch_from:
+                index.add(msg, pause)
+            elif len(index) < batch_from or _run_chars(changes, i, j, batch_chars) < batch_chars:
                 for change in changes[i:j]:
-                    index.add(change[1])
+                    index.add(change[1], pause)
                     if pause is not None:
                         pause()
             else:

@@ -88,7 +88,7 @@ def test_batches_with_removes_and_replaces_equal_one_by_one(
     n = 0
     for op, k, text, tags, summary in ops:
         if op == "cut":
-            _apply_search_changes(batched, batch, batch_from=0)
+            _apply_search_changes(batched, batch, batch_from=0, batch_chars=0)
             one_by_one(single, batch)
             batch = []
             continue
@@ -115,7 +115,7 @@ def test_batches_with_removes_and_replaces_equal_one_by_one(
         # replace_bad: the value given as old is not the indexed one (the index sweeps).
         batch.append(("replace", new if op == "replace_bad" else old, new))
         live[old.message_id] = new
-    _apply_search_changes(batched, batch, batch_from=0)
+    _apply_search_changes(batched, batch, batch_from=0, batch_chars=0)
     one_by_one(single, batch)
     assert_same(batched, single, live)
     for q in [*queries, *(m.content[:2] for m in live.values())]:
@@ -179,3 +179,26 @@ def test_add_many_refuses_an_indexed_or_repeated_id_and_changes_nothing() -> Non
         with pytest.raises(ValueError):
             index.add_many(batch)
         assert exact_state(index) == before
+
+
+def test_a_long_messages_add_pauses_and_indexes_the_same() -> None:
+    """`add` with a pause (the background flush's) calls it every 32 grams of a long
+    message, and indexes exactly what `add` without one does; a short message's add does not
+    pause; the service's short runs of adds (below BATCH_CHARS) give the same index too."""
+    words = " ".join(f"w{i}x{i * 7}" for i in range(120))
+    long_one, short_one = msg(0, words), msg(1, "a short line")
+    paused, plain = SearchIndex(), SearchIndex()
+    calls: list[int] = []
+    paused.add(long_one, lambda: calls.append(1))
+    assert len(calls) >= 10
+    calls.clear()
+    paused.add(short_one, lambda: calls.append(1))
+    assert calls == []
+    plain.add(long_one)
+    plain.add(short_one)
+    assert_same(paused, plain, {m.message_id: m for m in (long_one, short_one)})
+    runs, single = SearchIndex(), SearchIndex()
+    batch: list[Change] = [("add", msg(n, f"line {n} of a run"), None) for n in range(2, 40)]
+    _apply_search_changes(runs, batch, batch_from=0, pause=lambda: None)
+    one_by_one(single, batch)
+    assert_same(runs, single, {m.message_id: m for _, m, _ in batch})

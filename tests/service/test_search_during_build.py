@@ -50,9 +50,9 @@ class GatedSearchIndex(SearchIndex):
         self._wait()
         return super().build(messages, cancelled=cancelled, ids=ids)
 
-    def add(self, msg: Message) -> None:
+    def add(self, msg: Message, pause: Callable[[], object] | None = None) -> None:
         self._wait()
-        super().add(msg)
+        super().add(msg, pause)
 
 
 QUERIES = [

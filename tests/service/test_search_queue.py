@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -270,12 +271,12 @@ class HeldSearchIndex(SearchIndex):
         self.holding = threading.Event()
         self.release = threading.Event()
 
-    def add(self, msg: Message) -> None:
+    def add(self, msg: Message, pause: Callable[[], object] | None = None) -> None:
         if self.hold.is_set():
             self.holding.set()
             if not self.release.wait(timeout=120):
                 raise TimeoutError("test never released the batch")
-        super().add(msg)
+        super().add(msg, pause)
 
 
 def test_writes_never_wait_for_a_background_batch(tmp_path: Path) -> None:

@@ -38,9 +38,9 @@ class FailingSearchIndex(SearchIndex):
         super().__init__()
         self.faults = faults
 
-    def add(self, msg: Message) -> None:
+    def add(self, msg: Message, pause: Callable[[], object] | None = None) -> None:
         self.faults.hit()
-        super().add(msg)
+        super().add(msg, pause)
 
     def add_many(
         self, messages: Sequence[Message], pause: Callable[[], object] | None = None
