@@ -54,7 +54,6 @@ from bench_mcp import (
     p50,
     pct,
     rpc,
-    thread_cpu_seconds,
     wait_cpu_still,
     write_args,
 )
@@ -218,8 +217,6 @@ def run_serve_sdk(
                         stderr=subprocess.DEVNULL,
                     )
                     await anyio.sleep(1.0)  # py-spy attaches
-                pid = server_pid(me) if wait_index else 0
-                threads0 = thread_cpu_seconds(pid) if pid else {}
                 cpu0, client0 = children_cpu_seconds(me), time.process_time()
                 for i in range(50, 50 + n):
                     t = time.perf_counter()
@@ -229,7 +226,6 @@ def run_serve_sdk(
                 client_cpu = time.process_time() - client0
                 await anyio.sleep(FLUSHED)
                 cpu = children_cpu_seconds(me) - cpu0
-                threads = thread_cpu_seconds(pid) if pid else {}
                 if spy is not None:
                     spy.send_signal(2)
                     spy.wait(60)
@@ -239,8 +235,6 @@ def run_serve_sdk(
             "p50_ms": p50(latencies),
             "p99_ms": pct(latencies, 0.99),
         }
-        for name, used in threads.items():  # the server's CPU per write by thread
-            out[f"thread {name}"] = (used - threads0.get(name, 0.0)) * 1000 / n
         return out
 
     return anyio.run(drive)
@@ -279,12 +273,6 @@ def print_size_ratios(results: dict[str, list[dict[str, float]]]) -> None:
     """Each store's p50 and CPU per write against the empty store's in the same round."""
     if "empty" not in results:
         return
-    names = sorted({k for runs in results.values() for run in runs for k in run if " " in k})
-    print("| store | " + " | ".join(f"{name} ms/write" for name in names) + " |")
-    print("|---|" + "---|" * len(names))
-    for mode, runs in results.items():
-        cells = [f"{p50([run.get(name, 0.0) for run in runs]):.3f}" for name in names]
-        print(f"| {mode} | " + " | ".join(cells) + " |")
     print("| store | p50 / empty's (rounds' median, min-max) | CPU per write / empty's |")
     print("|---|---|---|")
     for mode, runs in results.items():
