@@ -1447,18 +1447,22 @@ class SearchIndex:
         limit: int,
         session_id: str | None = None,
         min_importance: int = 0,
+        values: Iterable[Message] | None = None,
     ) -> list[SearchHit]:
         """What `search` returns on an index of exactly `messages`, without an index: every
         message is scored with the same function (`_score`) and kept under the same key, so
         results, order and the `limit` guarantee are the same. Linear in the messages (the
-        service uses it while its index is still being built)."""
+        service uses it while its index is still being built). `values`: the messages of
+        `messages` to go through, when another iteration than `messages.values()` is wanted
+        (the store's, leaving its blocks as they are)."""
         if limit < 1:
             raise ValueError("limit must be at least 1")
         if not query:
             return []
         q = _Query(query)
         heap: list[tuple[float, int, int, str]] = []
-        for mid, msg in messages.items():
+        for msg in messages.values() if values is None else values:
+            mid = msg.message_id
             if session_id is not None and msg.session_id != session_id:
                 continue
             imp = msg.metadata.importance

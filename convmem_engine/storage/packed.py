@@ -519,6 +519,21 @@ class MessageTable:
         self._open_all()
         return self.materialize(self._items())  # type: ignore[arg-type]
 
+    def values_passing(self) -> Iterator[Message]:
+        """Every message in order, for a reader that goes through them once (a search while
+        the search index builds): a pending block is split as it is reached and stays
+        pending. `values` opens them all for good instead (~30 MiB at a million messages),
+        which pays for a reader that comes back. Under the store's read lock (readers may
+        open blocks meanwhile: each block's state is read under the table's lock)."""
+        for part, block in zip(self._all(), [*self._blocks, None], strict=True):
+            if block is not None:
+                with self._open_lock:
+                    ids, raw = block.ids, block.raw
+                if ids is not None:  # pending
+                    yield from self.materialize(zip(ids, block.values(raw), strict=True))
+                    continue
+            yield from self.materialize(part.items())  # type: ignore[arg-type]
+
     def materialize(self, pairs: Iterable[tuple[str, bytes | Message]]) -> Iterator[Message]:
         """The Messages of (id, value) pairs of this table: `unpack` inlined for the common
         value (no updated_at, default metadata), measured ~1.6x faster over a whole store."""
@@ -1162,6 +1177,10 @@ class MessagesView(Mapping[str, Message]):
 
     def items(self) -> ItemsView[str, Message]:
         return _Items(self)
+
+    def values_passing(self) -> Iterator[Message]:
+        """See MessageTable.values_passing (pending blocks left pending)."""
+        return self._table.values_passing()
 
 
 class _Values(ValuesView[Message]):

@@ -264,11 +264,13 @@ def test_a_rebuild_from_pending_blocks_leaves_them_pending(
     words = ["alpha", "beta", "gamma", "delta", "hello", "lol", "phase", "one", "設計書"]
     seq = 0
     ids = []
+    written = {}
     for i in range(4 * BLOCK_ROWS + 100):
         mid, ts = make.next()
         ids.append(mid)
         text = f"{words[i % 9]} {words[(i * 5) % 9]} n{i}"
-        seq = store.write_put(Message(mid, f"s{i % 5}", ts, "user", text, 1, ts))
+        written[mid] = Message(mid, f"s{i % 5}", ts, "user", text, 1, ts)
+        seq = store.write_put(written[mid])
     store.sync(seq)
     store.close()
     assert not (data / FILE_NAME).exists()
@@ -296,13 +298,18 @@ def test_a_rebuild_from_pending_blocks_leaves_them_pending(
             table = svc._store._messages
             assert len(table._pending) == 5  # (the last 100 messages too)
             assert reached.wait(timeout=60)
+            # Scanned: every message read, every block left pending but those of the hits
+            # (read to answer: n4100 in the second block, n16390 in the last)
+            for q in ("zzz", "n4100", "n16390"):
+                assert results(svc, q, limit=20) == ref_search(written, q, 20), q
+            assert [b.ids is None for b, _ in table._pending] == [False, True, False, False, True]
             svc.update_message(message_id=ids[5], content="gamma changed, indexed before")
             svc.update_message(message_id=ids[3 * BLOCK_ROWS + 1], content="alpha changed late")
             svc.delete_message(message_id=ids[3 * BLOCK_ROWS + 2])
             gate.set()
             assert svc.wait_for_search_index(timeout=120)
             opened = [b.ids is None for b, _ in table._pending]
-            assert opened == [True, False, False, True, False]  # by the writes only
+            assert opened == [True, True, False, True, True]  # by the hits and the writes only
             assert svc.check() == []  # (reads every message: opens the blocks)
             msgs = live(svc)
             for q in ("alpha", "gamma changed", "lol n4", "設計", "zzz"):
