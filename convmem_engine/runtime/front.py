@@ -663,6 +663,13 @@ class StdioFront:
                 if self._mode == "lines":
                     self._to_keep()
 
+    @property
+    def answering(self) -> bool:
+        """The front answers the requests it reads, and stdin is not at its end: nothing waits
+        for the SDK (`serve_cli.sdk_after_search_index`)."""
+        with self._cond:
+            return self._answering() and not self._eof
+
     def _answering(self) -> bool:
         return self._mode == "lines" and self._state == "reading"
 

@@ -172,12 +172,13 @@ def _config_as_front_saw(front: StdioFront) -> Callable[[str | os.PathLike[str]]
 
 
 def _front_serves_tools(
-    front: StdioFront, search_gate: threading.Event
+    front: StdioFront, search_gate: threading.Event, signals: list[int]
 ) -> Callable[[MemoryService, AgentPart], None]:
     """Once the service is open and the agent part has started: the front may answer the
     memory tools' calls (and `tools/list` when the agent is off); the search index's
-    background load and the SDK's import start once it has answered what it has read (or
-    after `FRONT_IDLE_SECONDS`), so as not to take the GIL from those first answers."""
+    background load starts once it has answered what it has read (or after
+    `FRONT_IDLE_SECONDS`), so as not to take the GIL from those first answers, and the SDK's
+    import once that load or build is done (`sdk_after_search_index`)."""
 
     def serve_tools(service: MemoryService, part: AgentPart) -> None:
         from convmem_engine.tools import ToolRegistry
@@ -190,8 +191,22 @@ def _front_serves_tools(
             front.wait_idle(FRONT_IDLE_SECONDS)
         finally:
             search_gate.set()
+        sdk_after_search_index(front, service, signals)
 
     return serve_tools
+
+
+def sdk_after_search_index(front: StdioFront, service: MemoryService, signals: list[int]) -> None:
+    """Wait, while the front answers every request, until the search index's background load
+    or build is done: the SDK (~40 MiB with pydantic and the protocol's models) is imported
+    after it, not beside it. A build's own high point (its last containers, the tables made
+    after them) then comes before the SDK's memory is there: at a million messages the start
+    that rebuilds search.idx peaks ~8 MiB lower over its whole life; a restart loads the index
+    in ~1 s, alone. The wait ends at once when the front stops answering (a request it leaves
+    to the SDK: the SDK is imported for it now), at the end of stdin, or at a stop signal:
+    nothing waits for the index that did not before."""
+    while not signals and front.answering and not service.wait_for_search_index(POLL_SECONDS):
+        pass
 
 
 def serve(data_dir: Path, http: HttpOptions | None = None) -> int:
@@ -224,7 +239,9 @@ def serve(data_dir: Path, http: HttpOptions | None = None) -> int:
         opening = [True]
         with _counting_stop_signals(opening) as signals:
             gate = None if front is None else threading.Event()
-            early = None if front is None or gate is None else _front_serves_tools(front, gate)
+            early = (
+                None if front is None or gate is None else _front_serves_tools(front, gate, signals)
+            )
             runtime, _agent = agent_runtime(
                 data_dir,
                 before_server=early,
