@@ -216,7 +216,8 @@ def serve(data_dir: Path, http: HttpOptions | None = None) -> int:
     Start order: the data dir's lock is taken first; from then on the stdio front
     (`front.py`) reads stdin and answers the handshake, then `tools/list` and `ping`, while the
     store opens; once it is open (and the parts have started) the front answers the memory
-    tools' calls too, and the SDK is imported when it has answered what it has read; when the
+    tools' calls too, and the SDK is imported once it has answered what it has read and the
+    search index's background load or build is done (`sdk_after_search_index`); when the
     runtime is running the stdio session takes the stream over (the requests the front did not
     answer are served then)."""
     from convmem_engine.runtime.front import StdioFront
