@@ -31,13 +31,17 @@ from contextlib import contextmanager
 from functools import cache
 from typing import Final
 
-__all__ = ["MAPPED_FROM", "large_blocks_mapped", "release_free_memory"]
+__all__ = ["MAPPED_FROM", "heap_blocks", "large_blocks_mapped", "release_free_memory"]
 
 MAPPED_FROM: Final = 32 << 10
 """`large_blocks_mapped`: blocks of at least this many bytes get their own mapping (at a million
 messages, 32 KiB gave the lowest build peak of 32, 64 and 128 KiB; the kernel's default limit
 of 65,530 mappings is far: the build holds a few thousand)."""
 _M_MMAP_THRESHOLD: Final = -3  # mallopt's parameter (malloc.h)
+_M_TRIM_THRESHOLD: Final = -1
+_HEAP_UP_TO: Final = 32 << 20
+"""`heap_blocks`: the mapping threshold while held (glibc's largest on 64-bit systems)."""
+_DEFAULT_TRIM: Final = 128 << 10  # glibc's own M_TRIM_THRESHOLD
 _DEFAULT_THRESHOLD: Final = 128 << 10
 """glibc's own starting threshold (then raised as mapped blocks are freed): what is set back
 once no build holds `large_blocks_mapped` (setting it fixes it: glibc stops raising it)."""
@@ -101,6 +105,35 @@ def large_blocks_mapped() -> Iterator[bool]:
             _mapped_holders -= 1
             if _mapped_holders == 0:
                 opt(_M_MMAP_THRESHOLD, _DEFAULT_THRESHOLD)
+
+
+@contextmanager
+def heap_blocks() -> Iterator[None]:
+    """Inside `large_blocks_mapped` (else nothing changes): while held, blocks up to 32 MiB
+    come from the heap again, and freeing them does not shrink the heap. For a phase that
+    makes and drops large short-lived blocks over and over: a search index build's NumPy
+    arrays, chunk after chunk (index/gram_batch.py). Mapped, each would be a new mapping whose
+    every page is faulted in again: at 258k messages 720,000 page faults, 1.6 s of the
+    kernel's CPU, against ~100,000 and 0.3 s from the heap. The build makes them on a thread
+    of their own, whose C heap (glibc's arena for that thread) holds nothing else, so they do
+    not fragment the heap the posting lists grow in (docs/benchmarks.md, "The batch build
+    with NumPy"). Not nested; the caller trims the heap (`release_free_memory`) once the
+    phase is over for a while."""
+    opt = _mallopt()
+    with _mapped_lock:
+        held = opt is not None and _mapped_holders > 0
+        if held:
+            assert opt is not None
+            opt(_M_MMAP_THRESHOLD, _HEAP_UP_TO)
+            opt(_M_TRIM_THRESHOLD, 2 * _HEAP_UP_TO)
+    try:
+        yield
+    finally:
+        if held:
+            assert opt is not None
+            with _mapped_lock:
+                opt(_M_TRIM_THRESHOLD, _DEFAULT_TRIM)
+                opt(_M_MMAP_THRESHOLD, MAPPED_FROM if _mapped_holders else _DEFAULT_THRESHOLD)
 
 
 def release_free_memory() -> bool:

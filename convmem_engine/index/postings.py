@@ -221,6 +221,36 @@ class Postings:
         self.cards[high] = len(lows)
         self.n += len(lows)
 
+    def extend_last(self, high: int, lows: array[int]) -> None:
+        """A batch build's step: add the documents of container `high` with low bits `lows`
+        (ascending, after every document held; `high` is the last container or a new last one),
+        kept as an array whatever their number until `seal_last` (the container is complete:
+        nothing reads the list meanwhile)."""
+        at = self.at
+        k = len(at) - 1
+        if high >= k:
+            at.extend(repeat(at[k], high - k + 1))
+            self.cards.extend(repeat(0, high - k + 1))
+        elif high != k - 1:
+            raise ValueError("containers must be extended in order")
+        data = self.data
+        data.extend(lows)
+        at[-1] = len(data)
+        self.cards[high] += len(lows)
+        self.n += len(lows)
+
+    def seal_last(self, bitmap: Callable[[array[int]], array[int]] = _bitmap_of) -> None:
+        """After `extend_last`: the last container in the kind its size asks for (`bitmap`
+        makes a bitmap's words from low bits), as `add_container` would have made it."""
+        at = self.at
+        s = at[-2]
+        if _is_bitmap(at[-1] - s):
+            data = self.data
+            words = bitmap(data[s:])
+            del data[s:]
+            data.extend(words)
+            at[-1] = len(data)
+
     def __len__(self) -> int:
         return self.n
 

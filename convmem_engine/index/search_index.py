@@ -25,6 +25,7 @@ from array import array
 from bisect import bisect_left, insort
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import accumulate, chain, compress, pairwise, repeat
@@ -33,7 +34,7 @@ from typing import Final, TypeAlias
 
 from convmem_engine.domain.message import Message
 from convmem_engine.index.doc_table import DocTable
-from convmem_engine.index.heap import large_blocks_mapped, release_free_memory
+from convmem_engine.index.heap import heap_blocks, large_blocks_mapped, release_free_memory
 from convmem_engine.index.postings import (
     _ARRAY_GC,
     BIG,
@@ -49,7 +50,6 @@ from convmem_engine.index.postings import (
     narrow,
     nbytes,
     pack,
-    widen,
 )
 from convmem_engine.index.postings import contains as _contains
 from convmem_engine.index.postings import discard as _discard
@@ -86,13 +86,8 @@ _PRETEST_AFTER: Final = 256  # walked with a full heap of >= cap scores before t
 # pre-test runs (before that, most walks end early and the test would be extra work)
 _BLOCK: Final = 1 << _BLOCK_SHIFT
 _CONTAINER: Final = 1 << 16  # build(): documents per container (postings.py)
-_WIDEN_FROM: Final = 32  # build(): a container's list this long is widened in C (postings.widen)
 _POLL: Final = 4096  # build(): messages between two polls of `cancelled`
-_TRIM_BYTES: Final = 24 << 20  # build(): heap trimmed in a container each time about this much
-# was let go of (the big 3-gram lists and 2-gram unions come first: freed pages are returned
-# while the posting lists grow, instead of lying in the heap until the container's end; at
-# 1M: ~106 trims, the build's peak 451 -> 444 MiB in process; every 8 MiB: 280 trims, 443 MiB,
-# but ~3% more build CPU in page faults)
+_CHUNK_POINTS: Final = 1 << 19  # build(): code points of fields per chunk (gram_batch.py)
 _COMPACT_TRIM: Final = 4 << 20  # build(): bytes of lists copied to their exact size per trim
 _LANE_PASSES: Final = 8  # build(): importance lanes made by one pass each, up to this many
 _ARRAY_GROWS: Final = BITMAP - 1  # add(): a container this much shorter stays an array
@@ -550,30 +545,6 @@ def _grams(msg: Message) -> tuple[set[str], list[str]]:
     return grams, singles
 
 
-def _grams_without_bigrams(msg: Message) -> tuple[set[str], list[str]]:
-    """`_grams` without the 2-grams (the batch build derives them from the 3-grams: see
-    `_add_container`), except those starting with START (a text holding that control
-    character), which the derivation cannot tell from a field-start edge gram."""
-    meta = msg.metadata
-    texts = [msg.content, meta.summary, *meta.tags] if meta.summary or meta.tags else [msg.content]
-    grams: set[str] = set()
-    singles: list[str] = []
-    for text in texts:
-        if not text:
-            continue
-        t = text.lower() if text.isascii() else text.translate(_FOLD)
-        if len(t) >= 2:
-            grams.update(map(add, map(add, t, t[1:]), t[2:]))
-            grams.add(_START + t[:2])
-            grams.add(t[-2:] + _END)
-            if _START in t:
-                grams.update(b for b in map(add, t, t[1:]) if b[0] == _START)
-            grams |= _word_grams(t)
-        else:
-            singles.append(t)
-    return grams, singles
-
-
 Candidates: TypeAlias = "Sequence[int] | Postings"
 """Ascending candidate document numbers: a sorted list, a plain posting list or a `Postings`."""
 
@@ -646,15 +617,6 @@ def _packed_lane(imps: array[int], level: int) -> Postings:
     return out
 
 
-def _container_docs(lows: array[int], start: int) -> array[int]:
-    """build(): a new array('I') of the documents `start` + each of `lows` (the low bits of
-    one container's documents, ascending; `start` its first document): widened in C
-    (`postings.widen`) unless short."""
-    if len(lows) < _WIDEN_FROM:
-        return array("I", map(start.__add__, lows))
-    return widen(lows, start >> 16)
-
-
 def _exact(p: PostingList) -> PostingList:
     """build(): `p` without the spare room its appends left (an array copied to its exact size,
     as a loaded index's are; the same list): ~8 MiB less at a million documents, 0.13 s."""
@@ -666,16 +628,8 @@ def _exact(p: PostingList) -> PostingList:
     return array(p.typecode, p)  # type: ignore[union-attr]
 
 
-_PLACE: Final = array("I")
-"""build(): the place of a gram new to the posting lists, until its first list is appended."""
-
-
 def _new_docs() -> array[int]:
     return array("I")
-
-
-def _new_lows() -> array[int]:
-    return array("H")
 
 
 def _paced(grams: Iterable[str], pause: Callable[[], object]) -> Iterator[str]:
@@ -950,11 +904,15 @@ class SearchIndex:
         ids: list[str | None] | None = None,
     ) -> bool:
         """Index every message of `messages` into this empty index in one pass: the same index
-        as `add` of each in order, for less work. The postings are made one 65,536-document
-        container at a time (3-grams and edge grams appended to per-container lists, the
-        2-grams derived from them, each list then appended whole to its gram's posting list).
-        `messages` is read once, in order, and no message is kept (the store's lazy snapshot
-        builds each one as it is reached). ValueError (index left empty) for an id given
+        as `add` of each in order, for less work. The postings are made a chunk of documents at
+        a time (fields of about `_CHUNK_POINTS` code points, within one 65,536-document
+        container): NumPy turns the chunk's fields into one list of documents per gram
+        (index/gram_batch.py; on a worker thread, so that its arrays come from that thread's C
+        heap, reused chunk after chunk, not from the heap the posting lists grow in), and each
+        list is appended to its gram's posting list. NumPy is imported by the first chunk
+        with a field of two code points or more (not by an empty build). `messages` is read
+        once, in order, and no message is kept (the store's lazy snapshot builds each one as
+        it is reached). ValueError (index left empty) for an id given
         twice or a non-empty index. `cancelled` is polled every 4,096 messages: when it says
         True the build stops and returns False (the index is left empty). `ids`, when given,
         is the id of each message in order (e.g. the store's snapshot's own list): it becomes
@@ -973,6 +931,17 @@ class SearchIndex:
         ids: list[str | None] | None,
     ) -> bool:
         """build(), the threshold set."""
+        with ThreadPoolExecutor(1, thread_name_prefix="search-build") as worker:
+            return self._build_with(messages, cancelled, ids, worker)
+
+    def _build_with(
+        self,
+        messages: Iterable[Message],
+        cancelled: Callable[[], bool] | None,
+        ids: list[str | None] | None,
+        worker: ThreadPoolExecutor,
+    ) -> bool:
+        """build(), the threshold set, `worker` the thread that makes the chunks' groups."""
         given = ids is not None
         if ids is None:
             ids = []
@@ -983,38 +952,59 @@ class SearchIndex:
         sessions: defaultdict[str, array[int]] = defaultdict(_new_docs)
         post: dict[str, PostingList] = {}
         singles: dict[str, array[int]] = {}
-        local: defaultdict[str, array[int]] = defaultdict(_new_lows)
+        texts: list[str] = []  # the chunk's fields of two code points or more
+        lows = array("H")  # the low bits of each one's document
+        points = 0  # code points in `texts`
         add_id = ids.append
         id_at = ids.__getitem__
         add_imp = imps.append
         add_sig = sigs.append
-        get_local = local.__getitem__
+        add_text = texts.append
+        add_low = lows.append
         n_ids = len(ids)
         start = 0
         doc = 0
         for doc, msg in enumerate(messages):
             low = doc - start
-            if low == _CONTAINER:
-                self._add_container(post, local, start)
-                local = defaultdict(_new_lows)
-                get_local = local.__getitem__
-                release_free_memory()  # the container's lists, just dropped (heap.py)
-                start = doc
-                low = 0
+            if points >= _CHUNK_POINTS or low == _CONTAINER:
+                self._add_chunk(post, texts, lows, start, worker)
+                texts.clear()
+                del lows[:]
+                points = 0
+                if low == _CONTAINER:
+                    self._seal_container(post, start)
+                    release_free_memory()  # what the container's chunks let go of (heap.py)
+                    start = doc
+                    low = 0
             if not doc & (_POLL - 1) and cancelled is not None and cancelled():
                 return False
             if not given:
                 add_id(msg.message_id)
             elif doc >= n_ids or id_at(doc) != msg.message_id:
                 raise ValueError("the ids given are not the messages' ids")
-            add_imp(msg.metadata.importance)
-            add_sig(_signature(msg))
+            meta = msg.metadata
+            add_imp(meta.importance)
+            content = msg.content
             sessions[msg.session_id].append(doc)
             ts = msg.timestamp
-            meta = msg.metadata
-            size = len(msg.content)
+            size = len(content)
+            add_sig(_signature(msg))
             if meta.summary or meta.tags:
                 size = _field_len(msg)
+                for text in (content, meta.summary or "", *meta.tags):
+                    n = len(text)
+                    if n > 1:
+                        add_text(text)
+                        add_low(low)
+                        points += n
+                    elif n:
+                        self._build_single(singles, text, doc)
+            elif size > 1:
+                add_text(content)
+                add_low(low)
+                points += size
+            elif size:
+                self._build_single(singles, content, doc)
             if not doc & (_BLOCK - 1):
                 blk_ts.append(ts)
                 blk_len.append(size)
@@ -1023,18 +1013,10 @@ class SearchIndex:
                     blk_ts[-1] = ts
                 if size > blk_len[-1]:
                     blk_len[-1] = size
-            grams, ones = _grams_without_bigrams(msg)
-            deque(map(array.append, map(get_local, grams), repeat(low)), maxlen=0)
-            for ch in ones:
-                sp = singles.get(ch)
-                if sp is None:
-                    sp = singles[ch] = array("I")
-                if not sp or sp[-1] != doc:
-                    sp.append(doc)
-        if local:
-            self._add_container(post, local, start)
-        del local
-        release_free_memory()  # the last container's lists
+        self._add_chunk(post, texts, lows, start, worker)
+        del texts, lows
+        self._seal_container(post, start)
+        release_free_memory()  # what the last container's chunks let go of
         if given and len(imps) != n_ids:
             raise ValueError("the ids given are not the messages' ids")
         copied = 0  # each copy's old array is freed at once: trimmed every _COMPACT_TRIM bytes
@@ -1109,76 +1091,77 @@ class SearchIndex:
                 p.room = 0  # (build's `_exact` copies replaced their arrays)
 
     @staticmethod
-    def _add_container(
-        post: dict[str, PostingList], local: dict[str, array[int]], start: int
+    def _build_single(singles: dict[str, array[int]], text: str, doc: int) -> None:
+        """build(): document `doc` has a field of one code point, `text` (folded here)."""
+        ch = fold(text)
+        p = singles.get(ch)
+        if p is None:
+            p = singles[ch] = array("I")
+        if not p or p[-1] != doc:
+            p.append(doc)
+
+    @staticmethod
+    def _add_chunk(
+        post: dict[str, PostingList],
+        texts: list[str],
+        lows: array[int],
+        start: int,
+        worker: ThreadPoolExecutor,
     ) -> None:
-        """build(): append one container's lists (`local`: gram -> low bits of the documents
-        from `start`, ascending; emptied here) to the posting lists, with the 2-gram lists
-        derived from them: each 2-gram's is the union of the lists of the 3-grams it starts
-        (every occurrence of a 2-gram is followed by a code point, a 3-gram, or ends its
-        field: the edge gram "last two + END"). Field-start edge grams (START + two) are not
-        2-gram occurrences and are left out; a 2-gram starting with START itself (that control
-        character in a text) is in `local` already and joins its union.
+        """build(): a chunk's postings (`gram_batch.chunk_groups` of the chunk's fields `texts`,
+        `lows` their documents' low bits, all of the container from document `start`) appended
+        to the posting lists: a plain list that stays under `BIG` documents takes them as
+        numbers, one that reaches it is packed, a compressed list's last container takes their
+        low bits (`Postings.extend_last`; `_seal_container` gives it its kind). Grams new to
+        `post` take their places in the order the groups give them. The groups are made on
+        `worker`'s thread (see `_build`)."""
+        if not texts:
+            return
+        from convmem_engine.index.gram_batch import chunk_groups  # NumPy: builds only
 
-        A 2-gram's 3-grams are appended and dropped as soon as its list is made, so the
-        container's lists are never all held with their 2-grams (~5 MiB less at the build's
-        peak at a million messages, and less to keep while `post` grows). The grams new to
-        `post` take their places first, in the order the container's lists (then its new
-        2-grams) have: the index is the same whatever order the lists are appended in."""
         high = start >> 16
-        groups: dict[str, list[str]] = {}
-        for g in local:
-            if len(g) == 3 and g[0] != _START:
-                key = g[:2]
-                found = groups.get(key)
-                if found is None:
-                    groups[key] = [g]
+        get = post.get
+        groups = chunk_groups(texts, lows, start)
+        while True:
+            with heap_blocks():  # NumPy's arrays, on the worker thread: see `_build`
+                group = worker.submit(next, groups, None).result()
+            if group is None:
+                break
+            grams, bounds, low_bits, numbers = group
+            del group
+            for g, a, b in zip(grams, bounds, bounds[1:], strict=False):
+                p = get(g)
+                if type(p) is Postings:
+                    at = p.at
+                    if len(at) - 2 == high:  # `extend_last` in line: its container is open
+                        data = p.data
+                        data += low_bits[a:b]
+                        at[-1] = len(data)
+                        p.cards[-1] += b - a
+                        p.n += b - a
+                        continue
+                elif p is None:
+                    if b - a < BIG:
+                        post[g] = numbers[a:b]
+                        continue
+                    p = post[g] = Postings(array("I", [0]), array("H"), 0)
+                elif len(p) + b - a < BIG:
+                    p += numbers[a:b]  # type: ignore[operator]
+                    continue
                 else:
-                    found.append(g)
-        for g in chain(local, groups):
-            if g not in post:
-                post[g] = _PLACE
+                    p = post[g] = pack(p)  # type: ignore[arg-type]
+                p.extend_last(high, low_bits[a:b])
 
-        def put(g: str, lows: array[int]) -> None:
-            p = post[g]
-            if p is _PLACE:
-                if len(lows) < BIG:
-                    post[g] = _container_docs(lows, start)
-                    return
-                p = post[g] = Postings(array("I", [0]), array("H"), 0)
-            elif not isinstance(p, Postings):
-                if len(p) + len(lows) < BIG:
-                    p.extend(_container_docs(lows, start))
-                    return
-                p = post[g] = pack(p)
-            p.add_container(high, lows)
+    @staticmethod
+    def _seal_container(post: dict[str, PostingList], start: int) -> None:
+        """build(): once the container from document `start` is complete, each compressed list's
+        part of it in the kind its size asks for (`Postings.seal_last`)."""
+        high = start >> 16
+        for p in post.values():
+            if type(p) is Postings and len(p.at) - 2 == high:
+                from convmem_engine.index.gram_batch import bitmap_words  # (loaded by then)
 
-        pop = local.pop
-        freed = 0  # about how many bytes the groups done since the last heap trim let go of
-        for key, grams in groups.items():
-            if freed >= _TRIM_BYTES:
-                release_free_memory()
-                freed = 0
-            lists = [pop(g) for g in grams]
-            freed += 2 * sum(map(len, lists))
-            for g, lows in zip(grams, lists, strict=True):
-                put(g, lows)
-            have = pop(key, None)
-            if have is not None:
-                lists.append(have)
-            if len(lists) == 1:
-                put(key, lists[0])
-                continue
-            union = set(lists[0])
-            for lows in lists[1:]:
-                union.update(lows)
-            freed += 64 * len(union)  # the set's table and its ints
-            # Made as array('I') and narrowed in C: an 'I' array takes each int without the
-            # argument parsing an 'H' array does per item.
-            put(key, narrow(array("I", sorted(union))))
-        for g, lows in local.items():
-            put(g, lows)
-        local.clear()
+                p.seal_last(bitmap_words)
 
     def remove(self, msg: Message) -> None:
         """Forget a message given the value previously added; unknown ids are ignored."""

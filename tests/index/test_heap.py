@@ -45,7 +45,7 @@ def test_without_glibc_nothing_is_done() -> None:
 _MAPPED_PROBE = """
 import ctypes, json
 
-from convmem_engine.index.heap import large_blocks_mapped
+from convmem_engine.index.heap import heap_blocks, large_blocks_mapped
 
 
 class MallInfo2(ctypes.Structure):
@@ -81,6 +81,20 @@ with large_blocks_mapped() as held:
 before = mapped()
 after = [bytearray(SIZE) for _ in range(COUNT)]
 out["after"] = mapped() - before
+del after
+with large_blocks_mapped():
+    before = mapped()
+    with heap_blocks():
+        heaped = [bytearray(4 * SIZE) for _ in range(COUNT)]
+    out["heap_blocks"] = mapped() - before
+    again = [bytearray(SIZE) for _ in range(COUNT)]
+    out["after heap_blocks"] = mapped() - before
+    del heaped, again
+with heap_blocks():  # without a holder: changes nothing
+    pass
+before = mapped()
+last = [bytearray(SIZE) for _ in range(COUNT)]
+out["after all"] = mapped() - before
 print(json.dumps(out))
 """
 
@@ -101,6 +115,9 @@ def test_large_blocks_are_mapped_while_a_holder_holds_them() -> None:
     assert out["after a nested holder left"] >= out["while held"] + 48, out
     assert out["freed"] < 16, out  # mapped blocks go back when freed
     assert out["after"] == 0, out  # glibc's default threshold (128 KiB) again
+    assert out["heap_blocks"] == 0, out  # 384 KiB blocks from the heap while heap_blocks holds
+    assert out["after heap_blocks"] >= 32, out  # then mapped again
+    assert out["after all"] == 0, out
 
 
 @pytest.mark.skipif(GLIBC, reason="glibc maps them (the test above)")
