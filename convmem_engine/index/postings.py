@@ -112,13 +112,15 @@ def _bitmap_desc(raw: bytes, base: int) -> Iterator[int]:
         yield from map((base + j * 8 * _PIECE).__add__, compress(desc, _piece_flags(raw, j)))
 
 
-def _bitmap_asc(raw: bytes, base: int) -> Iterator[int]:
-    """The documents of a bitmap, ascending, one piece at a time (lazily)."""
-    asc = _lows()[2]
-    for j in range(_SPAN // (8 * _PIECE)):
-        if raw.count(0, j * _PIECE, (j + 1) * _PIECE) == _PIECE:
-            continue
-        yield from map((base + j * 8 * _PIECE).__add__, compress(asc, _piece_flags(raw, j)[::-1]))
+def _bitmap_lows(data: array[int], s: int) -> array[int]:
+    """The low bits of the documents of the bitmap container at data[s:s + BITMAP],
+    ascending, made in C: each byte's bit k spread to flag 8j + k, then the flagged values
+    taken from 0 ... 65535."""
+    flags = bytearray(_SPAN)
+    raw = _raw(data, s)
+    for k, plane in enumerate(_PLANES):
+        flags[k::8] = raw.translate(plane)
+    return array("H", compress(_lows()[0], flags))
 
 
 def _bitmap_of(lows: Iterable[int]) -> array[int]:
@@ -274,11 +276,13 @@ class Postings:
         return self.cards[h] if width == BITMAP else width
 
     def _lows(self, h: int) -> array[int]:
-        """The low bits of container `h`'s documents, ascending (a copy)."""
+        """The low bits of container `h`'s documents, ascending (a copy). A bitmap's are read
+        in C (`_bitmap_lows`): a bitmap of 4,096 documents that takes one more becomes an
+        array through this, on the write path (0.9 against 4.4 ms by a generator)."""
         s = self.at[h]
         e = self.at[h + 1]
         if e - s == BITMAP:
-            return array("H", _bitmap_asc(_raw(self.data, s), 0))
+            return _bitmap_lows(self.data, s)
         return self.data[s:e]
 
     def _docs(self, h: int) -> array[int]:
@@ -287,11 +291,7 @@ class Postings:
         s = at[h]
         e = at[h + 1]
         if e - s == BITMAP:
-            flags = bytearray(_SPAN)
-            raw = _raw(self.data, s)
-            for k, plane in enumerate(_PLANES):
-                flags[k::8] = raw.translate(plane)
-            return _widen(array("H", compress(_lows()[0], flags)), h)
+            return _widen(_bitmap_lows(self.data, s), h)
         return _widen(self.data[s:e], h)
 
     def _container_desc(self, h: int) -> Iterator[int]:
