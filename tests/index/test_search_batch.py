@@ -188,10 +188,11 @@ def test_add_many_refuses_an_indexed_or_repeated_id_and_changes_nothing() -> Non
 
 
 def test_a_long_messages_add_pauses_and_indexes_the_same() -> None:
-    """`add` with a pause (the background flush's) calls it every 32 grams of a long
-    message, and indexes exactly what `add` without one does; a short message's add does not
-    pause; the service's short runs of adds (below BATCH_CHARS) give the same index too."""
-    words = " ".join(f"w{i}x{i * 7}" for i in range(120))
+    """`add` with a pause (the background flush's) calls it every 32 grams of a message of
+    256 grams or more, and indexes exactly what `add` without one does; a short message's
+    add does not pause; the service's short runs of adds (below BATCH_CHARS) give the same
+    index too."""
+    words = " ".join(f"w{i}x{i * 7}" for i in range(200))
     long_one, short_one = msg(0, words), msg(1, "a short line")
     paused, plain = SearchIndex(), SearchIndex()
     calls: list[int] = []
