@@ -100,6 +100,28 @@ async def write_and_read(params: StdioServerParameters, errlog: Any, session: st
         return message_id
 
 
+async def search_rebuilt(
+    params: StdioServerParameters, errlog: Any, session: str, message_id: str
+) -> None:
+    """On a store whose search.idx is gone: the index is rebuilt (the batch build, NumPy), then
+    searched."""
+    async with Client(stdio_client(params, errlog=errlog)) as client:
+        deadline = time.monotonic() + 120
+        while True:
+            health = payload(await client.call_tool("get_system_health", {}))
+            if health["memory_estimate"]["search_index_bytes"] > 0:
+                break
+            if time.monotonic() > deadline:
+                raise SmokeError("the search index was not rebuilt within 120 s")
+            await anyio.sleep(0.2)
+        found = payload(
+            await client.call_tool("search_messages", {"query": "hello", "session_id": session})
+        )
+        hits = [str(r["message_id"]) for r in found["results"]]
+        if hits != [message_id]:
+            raise SmokeError(f"search_messages after the rebuild found {hits!r}, not {message_id}")
+
+
 async def read_session(params: StdioServerParameters, errlog: Any, session: str) -> list[str]:
     async with Client(stdio_client(params, errlog=errlog)) as client:
         history = payload(await client.call_tool("read_messages", {"session_id": session}))
@@ -192,8 +214,11 @@ def run(dist: Path, visible: bool, timings: int, app_data_dir: Path | None = Non
             serve = StdioServerParameters(
                 command=str(cli), args=["serve", "--data-dir", str(serve_dir)], env=env
             )
-            anyio.run(write_and_read, serve, errlog, "frozen-serve")
+            written = anyio.run(write_and_read, serve, errlog, "frozen-serve")
             print("ok  convmem-cli serve: write_message + read_messages + search over stdio")
+            (serve_dir / "search.idx").unlink()  # (written at the clean close)
+            anyio.run(search_rebuilt, serve, errlog, "frozen-serve", written)
+            print("ok  convmem-cli serve rebuilds a search index it lost, and searches it")
 
             through_shim = StdioServerParameters(
                 command=str(shim), args=["--data-dir", str(app_dir)], env=env

@@ -164,7 +164,7 @@ def test_frozen_programs_smoke(frozen_dist: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert lines[-1] == "smoke test passed"
-    assert sum(line.startswith("ok  ") for line in lines) == 5
+    assert sum(line.startswith("ok  ") for line in lines) == 6
 
 
 # ---- NSIS and Authenticode -------------------------------------------------------------------
