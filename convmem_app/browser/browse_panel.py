@@ -3,7 +3,8 @@ metadata editor, context and relations), kept live as hosts write."""
 
 from __future__ import annotations
 
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
 
 from PySide6.QtCore import (
     QByteArray,
@@ -29,7 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from convmem_app.browser.bulk import Target
-from convmem_app.browser.calls import fetch_message
+from convmem_app.browser.calls import fetch_message, fetch_messages
 from convmem_app.browser.context_panel import ContextPanel
 from convmem_app.browser.detail_view import MessageDetail
 from convmem_app.browser.history_model import HistoryModel
@@ -43,6 +44,9 @@ from convmem_app.browser.sessions_model import (
     SessionsProxy,
 )
 from convmem_engine.domain import NotFoundError
+
+if TYPE_CHECKING:
+    from convmem_engine.service import ChangeEvent
 
 DETAIL_MESSAGE, DETAIL_EDIT, DETAIL_CONTEXT = range(3)
 SESSIONS_SOON_MS: Final = 250
@@ -74,7 +78,6 @@ class BrowsePanel(BrowserPage):
 
     def __init__(self, context: PageContext, parent: QWidget | None = None) -> None:
         super().__init__(context, parent)
-        self._gone: set[str] = set()  # deleted message ids not yet taken out of the views
         self._build()
         self._wire()
         # the session list re-reads its rows SESSIONS_SOON_MS after a change that comes alone,
@@ -84,8 +87,6 @@ class BrowsePanel(BrowserPage):
         self._sessions_timer = self._single_shot(SESSIONS_SOON_MS, self._refresh_sessions)
         self._sessions_read = QElapsedTimer()  # since the last re-read (invalid: never)
         self._select_timer = self._single_shot(120, self._apply_session_selection)
-        # a multi-delete's events come in bursts: take their messages out of the views together
-        self._gone_timer = self._single_shot(0, self._flush_gone)
 
     # ---- construction ----
 
@@ -284,26 +285,40 @@ class BrowsePanel(BrowserPage):
         return targets
 
     def messages_deleted(self, message_ids: set[str]) -> None:
-        self._gone.update(message_ids)
-        self._flush_gone()
+        self._messages_gone(message_ids)
 
-    def on_change(self, kind: str, message_id: str | None, session_id: str | None) -> None:
-        mid, sid = message_id, session_id
-        if kind == "delete" and mid is not None:
-            self._gone.add(mid)
-            self._gone_timer.start()
-        elif kind == "write" and mid is not None and sid == self.history_model.session_id:
-            if self.history_model.exhausted:
-                self._fetch_then(mid, self.history_model.on_written)
-        elif (
-            kind == "update"
-            and mid is not None
-            and (self.history_model.row_of(mid) >= 0 or self.editor.message is not None)
-        ):
-            self._fetch_then(mid, self._message_updated)
-        elif kind == "rebuild":
-            if self.history_model.session_id is not None:
-                self.history_model.refresh()
+    def on_changes(self, changes: Sequence[ChangeEvent]) -> None:
+        """One batch of changes: at most one read of new messages in the open session, one of
+        changed messages shown, one removal of deleted ones; the session list re-read on its
+        throttle (see `_sessions_timer`)."""
+        history = self.history_model
+        current = history.session_id
+        edited = self.editor.message
+        edited_id = edited.get("message_id") if edited is not None else None
+        gone: set[str] = set()
+        written: list[str] = []  # new messages of the open session
+        updated: dict[str, None] = {}  # changed messages shown (in order, once each)
+        rebuilt = False
+        for change in changes:
+            kind, mid = change.kind, change.message_id
+            if mid is None:
+                rebuilt = rebuilt or kind == "rebuild"
+            elif kind == "write":
+                if current is not None and change.session_id == current:
+                    written.append(mid)
+            elif kind == "update":
+                if mid == edited_id or history.row_of(mid) >= 0:
+                    updated[mid] = None
+            elif kind == "delete":
+                gone.add(mid)
+        self._messages_gone(gone)
+        if written and history.exhausted:  # else they come with the next page
+            self._fetch_then(written, history.on_written)
+        if updated:
+            self._fetch_then(list(updated), self._message_updated)
+        if rebuilt:
+            if current is not None:
+                history.refresh()
             self.update_labels()
         # throttled, not debounced: a steady stream of writes still refreshes every interval
         if not self._sessions_timer.isActive():
@@ -415,15 +430,20 @@ class BrowsePanel(BrowserPage):
         if (column, order) != (COL_STARTED, Qt.SortOrder.AscendingOrder):
             self.sessions_model.load_all()
 
-    def _fetch_then(self, message_id: str, then: Any) -> None:
+    def _fetch_then(self, message_ids: list[str], then: Any) -> None:
+        """Read these messages in one background job, then call `then(message)` for each that
+        still exists, in order (one deleted meanwhile is skipped: its own event follows)."""
         service = self._service
 
-        def failed(exc: BaseException) -> None:
-            if isinstance(exc, NotFoundError):  # deleted meanwhile; its own event follows
-                return
-            self.statusMessage.emit(str(exc))
+        def done(messages: list[dict[str, Any]]) -> None:
+            for message in messages:
+                then(message)
 
-        self._runner.run(lambda _j: fetch_message(service, message_id), then, failed)
+        self._runner.run(
+            lambda _j: fetch_messages(service, message_ids),
+            done,
+            lambda exc: self.statusMessage.emit(str(exc)),
+        )
 
     def _message_updated(self, message: dict[str, Any]) -> None:
         self.history_model.on_updated(message)
@@ -432,10 +452,6 @@ class BrowsePanel(BrowserPage):
         if current is not None and current.get("message_id") == message.get("message_id"):
             self.detail.show_message(current)
             self.context_panel.reload()
-
-    def _flush_gone(self) -> None:
-        gone, self._gone = self._gone, set()
-        self._messages_gone(gone)
 
     def _messages_gone(self, message_ids: set[str]) -> None:
         """Take deleted messages out of the views: one batch, one context reload."""

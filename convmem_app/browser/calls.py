@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from convmem_engine.domain import ConflictError
+from convmem_engine.domain import ConflictError, NotFoundError
 from convmem_engine.domain.limits import CONTENT_LIMIT_MAX
 
 if TYPE_CHECKING:
@@ -18,6 +18,17 @@ def fetch_message(service: MemoryService, message_id: str) -> dict[str, Any]:
         view="context", message_id=message_id, before=0, after=0, relation_depth=0
     )
     return dict(result["message"])
+
+
+def fetch_messages(service: MemoryService, message_ids: list[str]) -> list[dict[str, Any]]:
+    """The live messages of `message_ids` that still exist, in that order."""
+    messages = []
+    for message_id in message_ids:
+        try:
+            messages.append(fetch_message(service, message_id))
+        except NotFoundError:
+            continue
+    return messages
 
 
 def fetch_content(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
@@ -25,7 +26,7 @@ from convmem_app.browser.memory_chart import PARTS, MemoryChart
 from convmem_app.browser.page import BrowserPage, PageContext
 
 if TYPE_CHECKING:
-    pass
+    from convmem_engine.service import ChangeEvent
 
 STORE_FIELDS = (
     ("format_version", "Format version", "int"),
@@ -194,7 +195,7 @@ class MaintenancePanel(BrowserPage):
         self._health_stale = True
         self._refresh_health_if_current()
 
-    def on_change(self, kind: str, message_id: str | None, session_id: str | None) -> None:
+    def on_changes(self, changes: Sequence[ChangeEvent]) -> None:
         # throttled, not debounced: a steady stream of writes still refreshes every second
         self._health_stale = True
         if not self._health_timer.isActive():

@@ -9,6 +9,7 @@ page never means editing the window. How to add one: docs/browser.md, "Adding a 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -21,7 +22,7 @@ from convmem_app.browser.service_panel import ServicePanel
 
 if TYPE_CHECKING:
     from convmem_engine.runtime import Runtime
-    from convmem_engine.service import MemoryService
+    from convmem_engine.service import ChangeEvent, MemoryService
 
 
 @dataclass(frozen=True)
@@ -77,9 +78,13 @@ class BrowserPage(ServicePanel):
     def refresh(self, current: bool) -> None:
         """F5: re-read what the page shows. `current`: its tab is the one shown."""
 
-    def on_change(self, kind: str, message_id: str | None, session_id: str | None) -> None:
-        """A durable change to the store ("write", "update", "delete", "rebuild"), made by any
-        host or by the browser itself; deleted messages also arrive in `messages_deleted`."""
+    def on_changes(self, changes: Sequence[ChangeEvent]) -> None:
+        """Durable changes to the store, oldest first (each `kind` "write", "update", "delete"
+        or "rebuild", with its `message_id` and `session_id`), made by any host or by the
+        browser itself; deleted messages also arrive in `messages_deleted`. Called once per
+        batch (the first change after a quiet spell at once, then at most every 250 ms while
+        hosts keep writing; only while the window is seen): do the page's work once per batch
+        (one refresh, one read), not once per event."""
 
     def set_current_session(self, session_id: str | None) -> None:
         """The session selected in the browser (see `sessionChanged`)."""

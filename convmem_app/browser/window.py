@@ -39,7 +39,7 @@ from convmem_app.browser.pages import PAGES
 
 if TYPE_CHECKING:
     from convmem_engine.runtime import Runtime
-    from convmem_engine.service import MemoryService
+    from convmem_engine.service import ChangeEvent, MemoryService
 
 SETTINGS_ORG = "ConvMem"
 SETTINGS_APP = "ConvMem"
@@ -79,7 +79,7 @@ class MemoryBrowser(QMainWindow):
         self.runner = JobRunner(self, max_threads=4)
         self.bridge = ChangeBridge(service, self)
         # emitted on the GUI thread (the bridge carries writer threads' events over in batches)
-        self.bridge.changed.connect(self._on_change)
+        self.bridge.listen(self._on_changes)
         self.delete_confirmation: QMessageBox | None = None
         self._delete_job: Job | None = None
         self.last_delete: BulkResult | None = None
@@ -390,11 +390,9 @@ class MemoryBrowser(QMainWindow):
 
     # --- live updates ---
 
-    def _on_change(self, kind: str, message_id: object, session_id: object) -> None:
-        mid = str(message_id) if message_id is not None else None
-        sid = str(session_id) if session_id is not None else None
+    def _on_changes(self, changes: list[ChangeEvent]) -> None:
         for page in self.pages:
-            page.on_change(kind, mid, sid)
+            page.on_changes(changes)
 
     # --- delete ---
 

@@ -271,8 +271,8 @@ def test_a_window_out_of_sight_does_not_follow_and_catches_up_when_shown(
     b.browse.detail_tabs.setCurrentIndex(DETAIL_EDIT)
     qtbot.waitUntil(lambda: b.browse.editor.message is not None)
     assert b.browse.editor.message["message_id"] == first["message_id"]
-    changes: list[tuple[str, object, object]] = []
-    b.bridge.changed.connect(lambda *args: changes.append(args))
+    changes: list[object] = []
+    b.bridge.listen(changes.extend)
     if away == "hidden":
         b.hide()
     else:
@@ -302,3 +302,37 @@ def test_a_window_out_of_sight_does_not_follow_and_catches_up_when_shown(
     assert first["message_id"] not in history_ids(b)
     edited = b.browse.editor.message
     assert edited is None or edited["message_id"] != first["message_id"]
+
+
+def test_a_burst_of_changes_reaches_the_window_as_one_batch_and_all_of_it_shows(
+    qtbot: Any, service: MemoryService, make_browser: Any
+) -> None:
+    """Hosts writing while the GUI thread is busy: what changed meanwhile reaches the pages as
+    one batch (one call), and the window shows all of it: the new messages of the open
+    session in order, those of other sessions in the list, a host's update of a shown message
+    and a deletion."""
+    first = write(service, "chat", "one")
+    doomed = write(service, "chat", "two")
+    b = make_browser()
+    select_session(qtbot, b, "chat")
+    batches: list[int] = []
+    b.bridge.listen(lambda events: batches.append(len(events)))
+    new: list[str] = []
+
+    def hosts() -> None:
+        for i in range(40):
+            new.append(write(service, "chat", f"burst {i}")["message_id"])
+            write(service, f"other-{i % 4}", f"elsewhere {i}")
+        update(service, first["message_id"], '{"tags": ["burst"]}')
+        service.delete_message(message_id=doomed["message_id"])
+
+    thread = threading.Thread(target=hosts)
+    thread.start()
+    thread.join()  # the GUI thread waits meanwhile: everything comes in one batch
+    qtbot.waitUntil(lambda: history_ids(b) == [first["message_id"], *new])
+    qtbot.waitUntil(lambda: b.browse.history_model.index(0, 5).data() == "burst")
+    sessions = b.browse.sessions_model
+    qtbot.waitUntil(lambda: all(sessions.row_of(f"other-{k}") >= 0 for k in range(4)))
+    qtbot.waitUntil(lambda: sessions.row_data(sessions.row_of("chat"))["message_count"] == 41)
+    assert batches == [82]  # 80 writes, an update and a delete: one batch
+    assert b.browse.history_label.text() == "History of chat (41 messages)"

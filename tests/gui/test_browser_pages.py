@@ -3,6 +3,7 @@ and its saved tab, without the window knowing it; tabs are found by name."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from convmem_app.browser.bulk import Target
 from convmem_app.browser.page import BrowserPage, PageContext
 from convmem_app.browser.pages import PAGES
 from convmem_app.browser.search_panel import SearchPanel
-from convmem_engine.service import MemoryService
+from convmem_engine.service import ChangeEvent, MemoryService
 
 pytestmark = pytest.mark.gui
 
@@ -35,8 +36,8 @@ class ProbePage(BrowserPage):
     def page_shown(self) -> None:
         self.shown += 1
 
-    def on_change(self, kind: str, message_id: str | None, session_id: str | None) -> None:
-        self.events.append((kind, message_id))
+    def on_changes(self, changes: Sequence[ChangeEvent]) -> None:
+        self.events.extend((change.kind, change.message_id) for change in changes)
 
     def refresh(self, current: bool) -> None:
         self.refreshed.append(current)

@@ -12,7 +12,7 @@ from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread
 
 from convmem_app.browser.changes import ChangeBridge
 from convmem_app.inbox import Inbox
-from convmem_engine.service import MemoryService
+from convmem_engine.service import ChangeEvent, MemoryService
 
 pytestmark = pytest.mark.gui
 
@@ -115,9 +115,16 @@ def test_many_writer_threads_lose_nothing(qtbot: Any) -> None:
 def test_the_change_bridge_carries_every_event_of_writer_threads_in_order(
     qtbot: Any, service: MemoryService
 ) -> None:
-    bridge = ChangeBridge(service)
+    owner = QObject()  # freed on this thread when the test ends, its bridge with it
+    bridge = ChangeBridge(service, owner)
     seen: list[tuple[str, object, object]] = []
-    bridge.changed.connect(lambda kind, mid, sid: seen.append((kind, mid, sid)))
+    batches: list[int] = []
+
+    def changes(events: list[ChangeEvent]) -> None:
+        batches.append(len(events))
+        seen.extend((e.kind, e.message_id, e.session_id) for e in events)
+
+    bridge.listen(changes)
     bridge.start()
     written: list[str] = []
 
@@ -132,6 +139,8 @@ def test_the_change_bridge_carries_every_event_of_writer_threads_in_order(
     qtbot.waitUntil(lambda: len(seen) == 50, timeout=30_000)
     assert [mid for _kind, mid, _sid in seen] == written
     assert {kind for kind, _mid, _sid in seen} == {"write"}
+    assert [sid for _kind, _mid, sid in seen] == [f"s{i % 3}" for i in range(50)]
+    assert batches == [50]  # all came while the GUI thread was busy: one batch
     bridge.stop()
     service.write_message(session_id="s0", role="user", content="after stop")
     qtbot.wait(50)
