@@ -31,12 +31,15 @@ Usage: python bench/bench_mcp.py [--sizes 1000,100000,258145] [--million] [--wri
          a PyInstaller build of installer/convmem.spec, and the ratios are printed)
        python bench/bench_mcp.py --app-only [--clients 1,8,16] [--per-client 200]
          [--profile-app DIR [--profile-gil]] [--tree NAME=DIR ... --rounds N] [--tray]
+         [--tray-tree NAME ...]
          (section 4 only: the app through shims; CPU per call of the app, of each shim and
          of each SDK client, from /proc, counted until the app's CPU stands still after the
          last write; the app's idle CPU measured before; optionally a py-spy profile of the
          app per count (--idle off, or --gil); with --tree, one app per ConvMem tree, taking
          turns round by round: an A/B on the same machine; with --lean-hosts each host is
-         a standard-library JSON-RPC client instead of the SDK client)
+         a standard-library JSON-RPC client instead of the SDK client; --tray-tree NAME
+         starts that tree's app as a tray app, so one tree under two names, one of them a
+         tray app, measures what the window costs)
 Linux only (reads /proc). Prints a table per section; --json keeps every figure for
 bench/plot_mcp.py.
 """
@@ -873,11 +876,15 @@ def app_clients(
     idle_seconds: float = 5.0,
     tray: bool = False,
     host: str = "convmem",
+    tray_trees: frozenset[str] = frozenset(),
 ) -> dict[str, dict[int, dict[str, Any]]]:
     """One app per tree (default: this one), each driven by 1/8/16 hosts in turn; with several
     trees and rounds the apps take turns (the order reversed every round), so each sees the
     same machine. Per tree and count: the median round's figures, every round's app CPU.
-    `host`: "convmem" (each host the SDK client) or "lean" (`_lean_worker`)."""
+    `host`: "convmem" (each host the SDK client) or "lean" (`_lean_worker`). The apps of
+    `tray_trees` (all with `tray`) start as tray apps (no window), the others show their
+    window: the same tree under two names, one of them a tray app, measures what the window
+    costs."""
     sys.path.insert(0, str(ROOT / "tests" / "app"))
     from app_helpers import control
 
@@ -889,7 +896,7 @@ def app_clients(
         for name, tree in trees.items():
             data_dir = work / f"app-{name}"
             logs.append((work / f"app-{name}.log").open("wb"))
-            start = ["-c", TRAY_APP] if tray else ["-m", "convmem_app"]
+            start = ["-c", TRAY_APP] if tray or name in tray_trees else ["-m", "convmem_app"]
             apps[name] = (
                 subprocess.Popen(
                     [PY, *start, "app", "--minimized", "--data-dir", str(data_dir)],
@@ -1162,6 +1169,14 @@ def main() -> int:
         "the app and the shim allow without the SDK client's CPU)",
     )
     parser.add_argument(
+        "--tray-tree",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="section 4: only the app of --tree NAME starts as a tray app (repeatable); e.g. "
+        "--tree window=DIR --tree tray=DIR --tray-tree tray measures what the window costs",
+    )
+    parser.add_argument(
         "--idle-seconds", type=float, default=5.0, help="section 4: idle CPU window per app"
     )
     args = parser.parse_args()
@@ -1202,6 +1217,7 @@ def main() -> int:
             args.idle_seconds,
             args.tray,
             "lean" if args.lean_hosts else "convmem",
+            frozenset(args.tray_tree),
         )
         figures["app"] = next(iter(by_tree.values()))
         if len(by_tree) > 1:
