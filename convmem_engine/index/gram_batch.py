@@ -37,7 +37,7 @@ from typing import Any, Final, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from convmem_engine.index.search_index import _END, _START, _WORD, _is_word_char
+from convmem_engine.index.search_text import _END, _START, _WORD, _is_word_char
 
 __all__ = ["Group", "bitmap_words", "chunk_groups"]
 

@@ -659,7 +659,7 @@ def test_large_random_corpus_against_reference(kind: str) -> None:
 
 def _reference_level(needle: str, hay: str) -> float:
     """Every occurrence checked one by one (the definition of the level)."""
-    from convmem_engine.index.search_index import PARTIAL_WORD, WHOLE_WORD, _is_word_char
+    from convmem_engine.index.search_text import PARTIAL_WORD, WHOLE_WORD, _is_word_char
 
     i = hay.find(needle)
     if i < 0:
@@ -685,7 +685,7 @@ def test_match_level_equals_checking_every_occurrence(
 ) -> None:
     """Periodic texts included: the run-skipping scan gives the same level as checking every
     occurrence."""
-    from convmem_engine.index.search_index import _match_level
+    from convmem_engine.index.search_text import _match_level
 
     hay = head + period * times + tail
     if hay and data.draw(st.booleans()):
@@ -700,7 +700,7 @@ def test_periodic_text_and_query_are_scored_without_visiting_every_occurrence() 
     """A 4096-character query of one repeated letter against 1 MiB of that letter: the old
     scan visited each of the million overlapping occurrences (4096 compares each, about a
     minute); now it is one run. Correct level either way."""
-    from convmem_engine.index.search_index import PARTIAL_WORD, WHOLE_WORD, _match_level
+    from convmem_engine.index.search_text import PARTIAL_WORD, WHOLE_WORD, _match_level
 
     hay = "a" * (1 << 20)
     assert _match_level("a" * 4096, hay) == PARTIAL_WORD
@@ -1086,7 +1086,7 @@ _WORDISH = st.text(
 @settings(max_examples=300, deadline=None)
 @given(_WORDISH)
 def test_text_words_are_the_runs_of_word_characters(text: str) -> None:
-    from convmem_engine.index.search_index import _text_words, fold
+    from convmem_engine.index.search_text import _text_words, fold
 
     runs: list[str] = []
     cur = ""
