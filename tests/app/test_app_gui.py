@@ -463,8 +463,9 @@ def test_a_stream_of_writes_through_the_shim_all_reach_the_window_and_the_feed(
     qtbot: QtBot, make_app: MakeApp
 ) -> None:
     """Changes made while hosts keep writing reach the GUI thread in batches (convmem_app.inbox):
-    every write still shows, in the browser's session list and in the activity feed, which
-    follows only while its tab is shown and catches up when it is."""
+    every write still shows, in the browser's session list, in the history of the session open
+    in Browse, and in the activity feed, which follows only while its tab is shown and catches
+    up when it is."""
     app = started(qtbot, make_app())
     app.show_window()
     portability, window = app.portability, app.window
@@ -506,6 +507,28 @@ def test_a_stream_of_writes_through_the_shim_all_reach_the_window_and_the_feed(
         return -1 if row < 0 else int(sessions.rows()[row]["message_count"])
 
     qtbot.waitUntil(lambda: stream_count() == writes, timeout=30_000)
+    # the session open in Browse: the host's next writes appear in its history as they come
+    history = window.browse.history_model
+    window.browse.select_session("stream")
+    qtbot.waitUntil(lambda: history.rowCount() == writes and history.exhausted, timeout=30_000)
+    more = 20
+    shim.stdin.write(lines(*(write_call(100 + i, "stream", f"more {i}") for i in range(more))))
+    shim.stdin.flush()
+    later: list[str] = []
+
+    def read_more() -> None:
+        for _ in range(more):
+            answer = json.loads(out.readline())
+            later.append(
+                json.loads(answer["result"]["content"][0]["text"])["message"]["message_id"]
+            )
+
+    reader = threading.Thread(target=read_more, daemon=True)
+    reader.start()
+    qtbot.waitUntil(lambda: not reader.is_alive(), timeout=60_000)
+    qtbot.waitUntil(lambda: history.rowCount() == writes + more, timeout=30_000)
+    assert [row["message_id"] for row in history.rows()[writes:]] == later
+    qtbot.waitUntil(lambda: stream_count() == writes + more, timeout=30_000)
     shim.stdin.close()
     assert shim.wait(30) == 0
     for stream in (shim.stdout, shim.stderr):
