@@ -339,20 +339,26 @@ class _LifePeak:
         return self.peak
 
 
-def cold_start(
-    data_dir: Path, *, wait_index: bool = True, serve: list[str] = SOURCE_SERVE
-) -> dict[str, float]:
-    """Timings (ms) from process start; the peak RSS (MiB) at index ready and once settled.
-    `serve`: the command that serves MCP on stdio (from source, or a frozen `convmem-cli`)."""
-    started = time.perf_counter()
-    process = subprocess.Popen(
-        [*serve, "--data-dir", str(data_dir)],
+def spawn_stdio(command: list[str]) -> subprocess.Popen[bytes]:
+    """`command` (a server or a shim) with pipes for stdin and stdout, started from this tree
+    (`tree_root`) as a host starts it."""
+    return subprocess.Popen(
+        command,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         env=child_env(),
         cwd=tree_root(),
     )
+
+
+def cold_start(
+    data_dir: Path, *, wait_index: bool = True, serve: list[str] = SOURCE_SERVE
+) -> dict[str, float]:
+    """Timings (ms) from process start; the peak RSS (MiB) at index ready and once settled.
+    `serve`: the command that serves MCP on stdio (from source, or a frozen `convmem-cli`)."""
+    started = time.perf_counter()
+    process = spawn_stdio([*serve, "--data-dir", str(data_dir)])
     assert process.stdin is not None and process.stdout is not None
 
     def send(data: bytes) -> None:
@@ -562,14 +568,7 @@ def _lean_worker(command: list[str], n: int, tag: str, go: Path) -> dict[str, An
     call at a time. What 8 of them get against 1 is what the app and the shim allow, without
     the SDK client's own CPU (section 4 with --lean-hosts)."""
     load_corpus()  # loaded before the clock starts
-    process = subprocess.Popen(
-        command,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=child_env(),
-        cwd=tree_root(),
-    )
+    process = spawn_stdio(command)
     assert process.stdin is not None and process.stdout is not None
     stdin, stdout = process.stdin, process.stdout
 

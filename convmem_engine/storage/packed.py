@@ -410,13 +410,6 @@ class MessageTable:
         if release is not None:
             release()
 
-    def open_blocks(self) -> None:
-        """Open every pending block now. Safe beside readers and writers under no lock of the
-        caller's: each block opens once, under the table's own lock, into its own part; a
-        writer opens a block before it changes one of its messages. (A snapshot does not open
-        them: `frozen`.)"""
-        self._open_all()
-
     def _open_all(self) -> None:
         """Open every pending block (before a reader that goes through the values)."""
         if self._pending:

@@ -237,37 +237,6 @@ def test_opening_blocks_releases_their_buffers() -> None:
     assert calls == [1, 2, 2]  # after RELEASE_EVERY blocks, then after the rest
 
 
-def test_blocks_open_beside_a_writer(tmp_path: Path) -> None:
-    """`open_blocks` needs no lock of the caller's (the service's background build calls it
-    before it takes the store's write lock for its snapshot): run beside a thread that
-    changes and removes messages of every block, the table ends as the writer left it, its
-    running counts those of a recount."""
-    msgs = [make_message(f"p{i}", session=f"s{i % 5}") for i in range(4 * packed.BLOCK_ROWS)]
-    table = _load(_snapshot_of(tmp_path, msgs, snap.HEADS))
-    assert len(table._pending) == 4
-    expected = {m.message_id: m for m in msgs}
-    start = threading.Barrier(2)
-
-    def write() -> None:
-        start.wait()
-        for i in range(0, len(msgs) - 50, 101):
-            changed = make_message("changed", message_id=msgs[i].message_id)
-            table.set(changed)
-            expected[changed.message_id] = changed
-            gone = msgs[i + 50].message_id
-            assert table.pop(gone) == msgs[i + 50]
-            del expected[gone]
-
-    writer = threading.Thread(target=write)
-    writer.start()
-    start.wait()
-    table.open_blocks()
-    writer.join()
-    assert not table._pending
-    assert dict(table.items()) == expected and list(table.keys()) == list(expected)
-    assert table.memory() == MessageTable.recount(table)
-
-
 def test_a_snapshot_leaves_pending_blocks_pending(tmp_path: Path) -> None:
     """`frozen` (the background search build's snapshot) holds a pending block's bytes as they
     are instead of opening it (a bytes object per message for the rest of the process's
