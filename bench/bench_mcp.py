@@ -862,6 +862,45 @@ def print_app(by_tree: dict[str, dict[int, dict[str, Any]]], counts: list[int]) 
                 f" last write {r['app_deferred_ms_per_call']:.3f}; rounds: {rounds}"
                 f" (median {r['median_app_cpu_ms_per_call']:.3f})"
             )
+        if counts and len(app) > 1:
+            print_ceiling(app, counts[0])
+
+
+def cpu_ms_per_call(row: dict[str, Any]) -> float:
+    """Every process's CPU per call: the app's, the shims' and the hosts' clients'."""
+    return float(
+        row["app_cpu_ms_per_call"] + row["child_cpu_ms_per_call"] + row["client_cpu_ms_per_call"]
+    )
+
+
+def ceiling(one: dict[str, Any], many: dict[str, Any], hosts: int, cpus: int) -> float:
+    """The most N hosts' throughput can be of one host's on this machine, measured: N hosts
+    can at best keep every CPU busy, at the CPU a call costs all processes with N hosts,
+    while one host's calls follow each other, each taking its round trip (1 / its rate).
+    So N / 1 <= cpus x round trip / CPU per call (and <= N)."""
+    round_trip_ms = 1000.0 / one["writes_per_s"]
+    return min(float(hosts), cpus * round_trip_ms / cpu_ms_per_call(many))
+
+
+def print_ceiling(app: dict[int, dict[str, Any]], first: int) -> None:
+    """What the machine allows for N hosts ÷ 1 (`ceiling`), beside what the run gave."""
+    cpus = os.cpu_count() or 1
+    one = app[first]
+    round_trip = 1000.0 / one["writes_per_s"]
+    waiting = max(0.0, 1.0 - cpu_ms_per_call(one) / round_trip)
+    print(
+        f"      one host: round trip {round_trip:.3f} ms, CPU per call (all processes)"
+        f" {cpu_ms_per_call(one):.3f} ms: {100 * waiting:.0f}% of the round trip waits"
+        f" (the rest is CPU, in series)"
+    )
+    for hosts, row in app.items():
+        if hosts == first:
+            continue
+        got = row["writes_per_s"] / one["writes_per_s"]
+        print(
+            f"      {hosts} hosts: {got:.2f}x one host; the most {cpus} CPUs allow at"
+            f" {cpu_ms_per_call(row):.3f} ms of CPU per call: {ceiling(one, row, hosts, cpus):.2f}x"
+        )
 
 
 def app_clients(
@@ -986,6 +1025,10 @@ def app_clients(
             app.wait(60)
         for log in logs:
             log.close()
+    for rows in out.values():
+        if counts and counts[0] in rows:
+            for hosts, row in rows.items():
+                row["ceiling_x"] = ceiling(rows[counts[0]], row, hosts, os.cpu_count() or 1)
     return out
 
 
