@@ -9,7 +9,10 @@ two versions of the code (e.g. `--tree base=/path/to/other/checkout --tree new=.
 runs from its tree (PYTHONPATH) with this environment's packages.
 
 Usage: python bench/bench_pipe.py [--tree NAME=DIR ...] [--hosts 1,8,16] [--calls 500]
-       [--rounds 5] [--py-spy PREFIX]
+       [--rounds 5] [--py-spy PREFIX] [--content corpus|lorem]
+--content: what each write stores: `corpus` (default; the corpus's messages in turn, as
+bench_mcp writes them: 48 characters on average) or `lorem` (one 540-character ASCII text
+that repeats a five-word phrase, the figures of earlier sections).
 Linux only (/proc, Unix sockets). --py-spy records `py-spy --gil --threads` of each app during
 the rounds into PREFIX-NAME.txt (raw format; py-spy must be installed).
 """
@@ -34,7 +37,9 @@ sys.path.insert(0, str(ROOT))
 
 from convmem_app.shim.paths import endpoint  # noqa: E402
 
-CONTENT = "lorem ipsum dolor sit amet " * 20
+LOREM = "lorem ipsum dolor sit amet " * 20
+CONTENTS: list[str] = [LOREM]
+"""What the writes store, in turn (`--content`)."""
 
 
 def cpu_seconds(pid: int, tid: int | None = None) -> float:
@@ -61,7 +66,8 @@ def handshake() -> bytes:
 
 
 def write_call(request_id: int, host: int) -> bytes:
-    arguments = {"session_id": f"host-{host}", "role": "user", "content": CONTENT}
+    content = CONTENTS[request_id * 37 % len(CONTENTS)]
+    arguments = {"session_id": f"host-{host}", "role": "user", "content": content}
     params = {"name": "write_message", "arguments": arguments}
     return line({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params})
 
@@ -106,7 +112,13 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--py-spy", default=None, metavar="PREFIX")
+    parser.add_argument("--content", choices=("corpus", "lorem"), default="corpus")
     args = parser.parse_args()
+    if args.content == "corpus":
+        sys.path.insert(0, str(ROOT / "bench"))
+        from corpus import load_corpus
+
+        CONTENTS[:] = [content for _, _, content in load_corpus()]
     trees = dict(t.split("=", 1) for t in args.tree) or {"this": str(ROOT)}
     counts = [int(k) for k in args.hosts.split(",")]
     work = Path(tempfile.mkdtemp(prefix="cmbench-pipe-"))
@@ -148,7 +160,10 @@ def main() -> int:
                 spy += ["-o", f"{args.py_spy}-{n}.txt"]
                 spies.append(subprocess.Popen(spy, stdout=subprocess.DEVNULL))
             time.sleep(1.0)
-        print(f"load average {load_average()}; {args.rounds} rounds of {args.calls} calls")
+        print(
+            f"load average {load_average()}; {args.rounds} rounds of {args.calls} calls;"
+            f" content: {args.content}"
+        )
         rows: dict[tuple[str, int], list[tuple[float, float, float]]] = {key: [] for key in hosts}
         next_id = 1000
         for r in range(args.rounds):
