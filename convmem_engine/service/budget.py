@@ -7,15 +7,14 @@ UTF-8, non-ASCII characters unescaped.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from convmem_engine.domain import limits
+from convmem_engine.domain import compact_json, limits
 from convmem_engine.domain.message import Message
 
 
 def result_json(result: Any) -> str:
-    return json.dumps(result, ensure_ascii=False, separators=(",", ":"))
+    return compact_json.dumps(result)
 
 
 def json_bytes(value: Any) -> int:

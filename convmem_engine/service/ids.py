@@ -16,7 +16,11 @@ from collections.abc import Callable
 from ulid import ULID
 
 _RANDOM_BITS = 80
+_RANDOM_BYTES = _RANDOM_BITS // 8
 _RANDOM_MAX = (1 << _RANDOM_BITS) - 1
+RANDOM_BATCH = 64
+"""Ids whose randomness is drawn from the OS at once: one `getrandom` system call (which
+releases the GIL, so another thread may take it) per 64 new milliseconds, not per id."""
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]  # 10 bits -> 2 characters
 
@@ -56,6 +60,8 @@ class UlidSource:
         self._clock = clock
         self._randomness = randomness
         self._last = 0  # 128-bit integer value of the last id issued (or seen)
+        self._pool = b""  # randomness drawn and not yet used
+        self._taken = 0  # bytes of `_pool` used
 
     def observe(self, message_id: str) -> None:
         """Never issue an id at or below `message_id` (an id already in the store)."""
@@ -68,7 +74,12 @@ class UlidSource:
         now = self._clock()
         last_ts = self._last >> _RANDOM_BITS
         if now > last_ts:
-            rand = int.from_bytes(self._randomness(_RANDOM_BITS // 8), "big")
+            taken = self._taken
+            if taken >= len(self._pool):
+                self._pool = self._randomness(_RANDOM_BYTES * RANDOM_BATCH)
+                taken = 0
+            self._taken = taken + _RANDOM_BYTES
+            rand = int.from_bytes(self._pool[taken : taken + _RANDOM_BYTES], "big")
             # Keep half of the randomness space for same-millisecond increments.
             value = (now << _RANDOM_BITS) | (rand >> 1)
         else:

@@ -24,6 +24,7 @@ import json.scanner
 import sys
 from typing import Any, Final
 
+from convmem_engine.domain import compact_json
 from convmem_engine.domain.message import DEFAULT_METADATA, Message, Metadata, Relation
 
 # Build Message values without the frozen dataclass __init__ (one object.__setattr__ per
@@ -98,7 +99,7 @@ def message_row(m: Message) -> list[Any]:
 
 def encode_message(m: Message) -> bytes:
     """The record payload of a PUT/UPDATE. Raises UnicodeEncodeError on lone surrogates."""
-    return json.dumps(message_row(m), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return compact_json.dumps(message_row(m)).encode("utf-8")
 
 
 def _strs(value: Any) -> tuple[str, ...]:

@@ -7,7 +7,7 @@ import os
 import pytest
 from ulid import ULID
 
-from convmem_engine.service.ids import UlidSource, ulid_text
+from convmem_engine.service.ids import RANDOM_BATCH, UlidSource, ulid_text
 
 
 def test_ulid_source_monotonic_with_clock_going_back() -> None:
@@ -38,3 +38,27 @@ def test_next_gives_the_ids_own_timestamp() -> None:
     for _ in range(3):
         text, ts = src.next()
         assert ULID.from_str(text).milliseconds == ts == 1_790_000_000_123
+
+
+def test_randomness_is_drawn_in_batches_and_each_new_millisecond_gets_its_own() -> None:
+    """One draw from the OS serves RANDOM_BATCH new milliseconds, each with its own 10 bytes
+    (ids of successive milliseconds never reuse a slice); the next draw comes after them."""
+    draws: list[int] = []
+    pools: list[bytes] = []
+
+    def randomness(n: int) -> bytes:
+        draws.append(n)
+        pools.append(os.urandom(n))
+        return pools[-1]
+
+    clock = iter(range(1_000, 1_000 + 2 * RANDOM_BATCH + 1))
+    src = UlidSource(lambda: next(clock), randomness)
+    ids = [src.next()[0] for _ in range(2 * RANDOM_BATCH + 1)]
+    assert draws == [10 * RANDOM_BATCH] * 3
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    for k, text in enumerate(ids):
+        value = int.from_bytes(ULID.from_str(text).bytes, "big")
+        pool = pools[k // RANDOM_BATCH]
+        at = (k % RANDOM_BATCH) * 10
+        expected = int.from_bytes(pool[at : at + 10], "big") >> 1
+        assert value & ((1 << 80) - 1) == expected
