@@ -13,7 +13,9 @@ its first bytes (a control message or MCP?). Then, for MCP, one of two byte path
   first read goes socket -> engine loop -> socket, with no Qt thread hand-off per request, and
   asyncio's flow control in both directions (reading pauses while 2 MiB wait unread; writing
   waits while more than `HIGH_WATER` bytes wait to be sent). The listener and its access
-  control stay Qt's (`UserAccessOption`).
+  control stay Qt's (`UserAccessOption`). What the socket's read brings is offered to the
+  session first (`line_transport.Lane`): a host's write that arrives alone is served and
+  answered inside that read's callback, without waking the session's task.
 - **relayed** (Windows, where QLocalServer's named pipe, with its user-only security
   descriptor, has no asyncio counterpart): the Qt thread reads the socket and hands the bytes
   to the engine loop in batches (one `call_soon_threadsafe` wakes the loop for everything read
@@ -53,7 +55,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtNetwork import QLocalServer, QLocalSocket
 
-from convmem_engine.mcp.line_transport import READ_CHUNK_BYTES
+from convmem_engine.mcp.line_transport import READ_CHUNK_BYTES, Lane
 from convmem_engine.runtime import ListenerError
 
 if TYPE_CHECKING:
@@ -155,6 +157,8 @@ class _EngineSession:
     writable: asyncio.Event = field(default_factory=asyncio.Event)  # direct: not paused
     closed: asyncio.Event = field(default_factory=asyncio.Event)  # direct: socket closed
     task: asyncio.Task[None] | None = None
+    lane: Lane | None = None  # direct: the session's synchronous lane (line_transport.Lane)
+    unread: int = 0  # bytes fed to `reader` that the session has not read yet
 
 
 @dataclass
@@ -493,13 +497,29 @@ class PipeBridge(QObject):
         self._sessions[cid] = session
         self._e_feed(cid, first)
 
-        async def send(data: bytes) -> None:
+        def send_now(data: bytes) -> None:
             transport = session.transport
             if session.gone or transport is None or transport.is_closing():
                 raise ConnectionResetError("the host's pipe is closed")
             transport.write(data)
+
+        def ready() -> bool:
+            transport = session.transport
+            return (
+                not session.gone
+                and transport is not None
+                and not transport.is_closing()
+                and session.writable.is_set()
+            )
+
+        async def send(data: bytes) -> None:
+            send_now(data)
             if not session.writable.is_set():
                 await session.writable.wait()
+
+        # bytes read are offered to the session first (served at once when they are one
+        # plain write): no hand-over to its task per request
+        session.lane = Lane(ready, send_now)
 
         async def connect() -> None:
             loop = asyncio.get_running_loop()
@@ -526,14 +546,16 @@ class PipeBridge(QObject):
         connect: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         async def read_chunk() -> bytes:
-            return await session.reader.read(READ_CHUNK_BYTES)
+            data = await session.reader.read(READ_CHUNK_BYTES)
+            session.unread -= len(data)
+            return data
 
         async def run() -> None:
             assert self._runtime is not None
             try:
                 if connect is not None:
                     await connect()
-                await self._runtime.serve_session(self.transport, read_chunk, send)
+                await self._runtime.serve_session(self.transport, read_chunk, send, session.lane)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a bug or a broken session: end this host only
@@ -564,18 +586,27 @@ class PipeBridge(QObject):
                 self._e_refuse(cid, session, data)
             return
         if session.accepting:
-            session.reader.feed_data(data)
             session.at_line_start = data.endswith(b"\n")
+            lane = session.lane
+            if lane is not None and not session.unread and lane.offer(data):
+                return  # served (nothing read before it is waiting: the order is kept)
+            self._e_push(session, data)
             return
         # Shutting down while this host was in the middle of a line: let that line through
         # whole (it is a request already on its way), then end the session's input.
         newline = data.find(b"\n")
         if newline < 0:
-            session.reader.feed_data(data)
+            self._e_push(session, data)
             return
-        session.reader.feed_data(data[: newline + 1])
+        self._e_push(session, data[: newline + 1])
         self._e_end_input(session)
         self._e_refuse(cid, session, data[newline + 1 :])
+
+    @staticmethod
+    def _e_push(session: _EngineSession, data: bytes) -> None:
+        """Queue bytes for the session's `read_chunk`."""
+        session.reader.feed_data(data)
+        session.unread += len(data)
 
     def _e_refuse(self, cid: int, session: _EngineSession, data: bytes) -> None:
         """Answer requests that arrive after shutdown began with a JSON-RPC error."""

@@ -515,6 +515,11 @@ class FastCallSession:
         await self.write(call.line)
         self.settle(call.key)
 
+    def answer(self, call: FastCall) -> None:
+        """Run `call` on this thread (in the caller's context); its answer is `call.line`
+        (the line transport's lane writes it: `serve_inline` without the await)."""
+        self._answer(call)
+
     def cancel(self, request_id: str | int) -> None:
         """`notifications/cancelled` for `request_id`: a fast call of that id is never answered."""
         call = self.in_flight.get(coerce_request_id(request_id))

@@ -31,11 +31,23 @@ answer.
 Once the SDK has settled the session's protocol era, a `tools/call` for a tool of the server's
 registry skips the SDK's dispatcher (`fast_call.py`: same checks, same answer bytes, a fraction
 of the CPU); everything else, and every call the fast path does not take, goes to the SDK.
+
+The lane (`Lane`, optional): a reader that runs on the session's loop (a protocol's callback)
+may offer the bytes it has just read to the session before queuing them for `read_chunk`. The
+session serves them right there when they are one whole line holding a write the fast path
+serves on the loop ("One call alone") and nothing could tell the difference: its reading is
+parked on `read_chunk` with no partial line, the reader has nothing else queued, nothing of the
+session is in flight, no answer is being written and the output takes the answer without
+waiting (`Lane.ready`). The answer is the same bytes, written through `Lane.send` (the
+transport's synchronous write). What it saves is the hand-over to the session's task: a future,
+a task step and a loop iteration (with its `epoll_wait`) per request. Anything else is refused
+(`offer` returns False) and goes the usual way, in order.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import math
@@ -82,6 +94,26 @@ raise."""
 Inline = Callable[[], bool]
 """Asked when a write arrives alone in its session: True when serving it on the loop (no
 worker thread) holds up no other session (`fast_call.py`, "One call alone"). Must be quick."""
+
+
+class Lane:
+    """The synchronous lane between a reader on the session's loop and the session (see the
+    module doc). The transport makes one per connection and passes it to `serve_chunks`; its
+    reader calls `offer(data)` with bytes just read, when nothing it read before is still
+    queued for `read_chunk`: True means they were served (never queue them), False that they
+    must be queued as usual. `ready()` says whether `send(data)` would write at once (no
+    waiting for the peer to read); `send` raises when the output is gone."""
+
+    __slots__ = ("offer", "ready", "send")
+
+    def __init__(self, ready: Callable[[], bool], send: Callable[[bytes], None]) -> None:
+        self.ready = ready
+        self.send = send
+        self.offer: Callable[[bytes], bool] = _refuse  # the session's, while it runs
+
+
+def _refuse(data: bytes) -> bool:
+    return False
 
 
 class ByteReader(Protocol):
@@ -184,6 +216,7 @@ class _LineSession:
         max_in_flight: int,
         on_request: OnRequest | None = None,
         inline: Inline | None = None,
+        lane: Lane | None = None,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
@@ -216,6 +249,9 @@ class _LineSession:
         self.fast: fast_call.FastCallSession | None = None
         self.inline = inline
         self.at_tail = False  # the line being handled is the last of the bytes read so far
+        self.lane = lane
+        self.parked = False  # reading waits in read_chunk, with no partial line kept
+        self.context = contextvars.Context()  # the session's (its task's), set by `run`
 
     async def write(self, data: bytes) -> None:
         async with self.send_lock:
@@ -228,6 +264,18 @@ class _LineSession:
                 self.broken = True
                 if self.scope is not None:
                     self.scope.cancel()
+
+    def write_now(self, lane: Lane, data: bytes) -> None:
+        """`write` on the lane: the caller saw the send lock free and `lane.ready()`."""
+        if self.broken:
+            return
+        try:
+            lane.send(data)
+        except Exception as exc:  # the peer is gone: end the session
+            logger.debug("session output closed: %s", type(exc).__name__)
+            self.broken = True
+            if self.scope is not None:
+                self.scope.cancel()
 
     def _settle(self, request_id: str | int | None) -> None:
         if request_id is None:
@@ -306,10 +354,50 @@ class _LineSession:
         await self.wait_for_room()
         if self.broken:
             return False
+        self._count(request_id)
+        return True
+
+    def _count(self, request_id: str | int) -> None:
         self.pending[coerce_request_id(request_id)] += 1
         self.in_flight += 1
         if self.settled.is_set():
             self.settled = self.new_event()
+
+    def serve_now(self, data: bytes) -> bool:
+        """The lane's `offer` (module doc): serve `data` here and now if it is one line with a
+        write that `handle_line` would serve on the loop, with nothing else going on in this
+        session; False (nothing done) otherwise."""
+        fast, lane = self.fast, self.lane
+        if (
+            not self.parked
+            or fast is None
+            or lane is None
+            or self.in_flight
+            or self.broken
+            or self.server_done
+            or self.send_lock.locked()
+            or len(data) > self.max_line_bytes
+            or data.find(b"\n") != len(data) - 1
+            or not lane.ready()
+        ):
+            return False
+        line = data.strip()
+        if not line or line.startswith(_BOM):
+            return False
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        call = fast.take(text, self.pending)
+        if call is None or not fast.may_inline(call):
+            return False
+        # as handle_line: counted (no wait: nothing in flight), observed, answered, settled
+        self._count(call.request_id)
+        if self.on_request is not None:
+            self.on_request(fast_call.METHOD, call.params)
+        self.context.copy().run(fast.answer, call)  # the session's context, its own copy
+        self.write_now(lane, call.line)
+        self._settle(call.key)
         return True
 
     async def wait_for_room(self) -> None:
@@ -378,11 +466,14 @@ class _LineSession:
         skipping = False  # inside an oversized line, dropping bytes up to its newline
         head = b""
         while True:
+            self.parked = not buffer and not skipping
             try:
                 chunk = await read_chunk()
             except (OSError, EOFError) as exc:
                 logger.debug("session input closed: %s", type(exc).__name__)
                 chunk = b""
+            finally:
+                self.parked = False
             if not chunk:
                 break
             if skipping:
@@ -430,9 +521,12 @@ class _LineSession:
 
     async def run(self, read_chunk: ReadChunk) -> None:
         options = self.server.create_initialization_options()
+        self.context = contextvars.copy_context()
         async with anyio.create_task_group() as tg:
             self.scope = tg.cancel_scope
             self.fast = self._fast_session()
+            if self.lane is not None and self.fast is not None:
+                self.lane.offer = self.serve_now
             tg.start_soon(self.server.run, self.server_reads, self.server_writes, options)
             tg.start_soon(self.writer)
             if self.fast is not None:
@@ -444,6 +538,8 @@ class _LineSession:
                     if self.fast is not None:
                         self.fast.close_input()
             finally:
+                if self.lane is not None:
+                    self.lane.offer = _refuse
                 self.to_server.close()
                 if self.fast is not None:
                     with anyio.CancelScope(shield=True):  # the calls' threads finish first
@@ -468,10 +564,12 @@ async def serve_chunks(
     max_in_flight: int = MAX_IN_FLIGHT,
     on_request: OnRequest | None = None,
     inline: Inline | None = None,
+    lane: Lane | None = None,
 ) -> None:
     """Serve one MCP session; `read_chunk()` returns the next bytes, b"" at end of input.
-    `inline`: see `Inline` (None: every call the fast path takes runs in a worker thread)."""
-    session = _LineSession(server, send, max_line_bytes, max_in_flight, on_request, inline)
+    `inline`: see `Inline` (None: every call the fast path takes runs in a worker thread).
+    `lane`: see `Lane` (None: every byte comes through `read_chunk`)."""
+    session = _LineSession(server, send, max_line_bytes, max_in_flight, on_request, inline, lane)
     await session.run(read_chunk)
 
 

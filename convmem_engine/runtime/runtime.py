@@ -40,7 +40,7 @@ from convmem_engine.runtime.engine_thread import EngineThread
 if TYPE_CHECKING:
     from mcp.server import Server
 
-    from convmem_engine.mcp.line_transport import ReadChunk, Send
+    from convmem_engine.mcp.line_transport import Lane, ReadChunk, Send
     from convmem_engine.service import MemoryService
 
 log = logging.getLogger(__name__)
@@ -309,9 +309,12 @@ class Runtime:
             if listener in self._listeners:
                 self._listeners.remove(listener)
 
-    async def serve_session(self, transport: str, read_chunk: ReadChunk, send: Send) -> None:
+    async def serve_session(
+        self, transport: str, read_chunk: ReadChunk, send: Send, lane: Lane | None = None
+    ) -> None:
         """Serve one MCP session over newline-delimited JSON-RPC (`serve_chunks`), listed in
-        `clients` while it lasts. Call on the engine loop."""
+        `clients` while it lasts. Call on the engine loop. `lane`: a reader on the loop that
+        offers what it reads first (`line_transport.Lane`)."""
         from convmem_engine.mcp.line_transport import serve_chunks
 
         handle = self.clients.connect(transport)
@@ -325,6 +328,7 @@ class Runtime:
                 on_request=handle.observe,
                 max_line_bytes=self.max_line_bytes,
                 inline=lambda: self._holds_up_nobody(handle.client_id),
+                lane=lane,
             )
         finally:
             CURRENT_CLIENT.reset(token)

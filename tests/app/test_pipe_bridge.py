@@ -15,7 +15,9 @@ from pytestqt.qtbot import QtBot
 
 from convmem_app.shell.pipe_bridge import SHUTTING_DOWN_CODE, PipeBridge
 from convmem_app.shim.paths import endpoint
+from convmem_engine.mcp import line_transport
 from convmem_engine.runtime import Runtime
+from convmem_engine.runtime.activity import ActivityLog
 from convmem_engine.service import MemoryService
 
 # Talks to the bridge over raw AF_UNIX sockets (on Windows it listens on a named pipe).
@@ -319,3 +321,53 @@ def test_direct_a_host_that_half_closes_gets_its_answers(tmp_path: Path, qtbot: 
         assert stored(b, "bridge") == ["then half-closed"]
     finally:
         b.close(qtbot)
+
+
+def test_direct_writes_one_at_a_time_are_served_by_the_lane_for_their_client(
+    tmp_path: Path, qtbot: QtBot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host's writes, each sent once the one before is answered, are served straight from
+    the socket's read (the line transport's lane); each change is its host's in the activity
+    log; a request that is not a plain write, and bytes that come with more behind them, take
+    the session's task, in order."""
+    served: list[bool] = []
+    serve_now = line_transport._LineSession.serve_now
+
+    def counting(self: line_transport._LineSession, data: bytes) -> bool:
+        served.append(serve_now(self, data))
+        return served[-1]
+
+    monkeypatch.setattr(line_transport._LineSession, "serve_now", counting)
+    b = Bridge(tmp_path / "data", direct=True)
+    activity = ActivityLog(b.service, b.runtime.clients)
+    host = Host(b, qtbot)
+    try:
+        host.sock.sendall(INITIALIZE + lines(INITIALIZED))
+        host.wait_for([1])
+        for i in range(2, 12):
+            host.sock.sendall(write(i, f"one at a time {i}"))
+            host.wait_for([i])
+        lane_served = served.count(True)
+        # not a plain write: the task's path; then a write and a list in one chunk: in order
+        host.sock.sendall(lines(request(20, "tools/list", {})))
+        host.wait_for([20])
+        host.sock.sendall(write(21, "with a list behind") + lines(request(22, "tools/list", {})))
+        host.wait_for([21, 22])
+        host.sock.sendall(write(23, "alone again"))
+        host.wait_for([23])
+        contents = stored(b, "bridge")
+    finally:
+        host.close()
+        activity.close()
+        b.close(qtbot)
+    assert lane_served >= 9, served  # (the first may arrive while the session still settles)
+    assert served[-1] is True and served.count(True) == lane_served + 1
+    assert all("result" in host.replies[i] for i in [*range(1, 12), 20, 21, 22, 23])
+    assert not any(host.replies[i]["result"].get("isError") for i in [*range(2, 12), 21, 23])
+    assert contents == [f"one at a time {i}" for i in range(2, 12)] + [
+        "with a list behind",
+        "alone again",
+    ]
+    writes = [e for e in activity.entries() if e.kind == "write"]
+    assert len(writes) == 12
+    assert {e.client for e in writes} == {"bridge-test 0"}

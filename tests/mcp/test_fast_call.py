@@ -29,6 +29,7 @@ import pytest
 import ulid
 
 from convmem_engine.mcp import build_server, fast_call, serve_chunks
+from convmem_engine.mcp.line_transport import Lane
 from convmem_engine.service import ChangeEvent, MemoryService
 from convmem_engine.storage import FileSystem
 from convmem_engine.tools import Annotations, Param, Text, ToolRegistry, ToolSpec
@@ -228,10 +229,13 @@ def modern_script() -> list[Step]:
     ]
 
 
-async def run_script(server: Any, steps: list[Step], inline: bool = False) -> list[bytes]:
+async def run_script(
+    server: Any, steps: list[Step], inline: bool = False, lane: bool = False
+) -> list[bytes]:
     """Send each step once the answers to the ones before it are in; every answer line.
     `inline`: writes alone in the session may be served on the loop (as for a runtime's only
-    client)."""
+    client). `lane`: each step's bytes are offered to the session's lane first (as the pipe
+    bridge's reader does), and queued for `read_chunk` only when it refuses them."""
     inbox: asyncio.Queue[bytes] = asyncio.Queue()
     out: list[bytes] = []
     answers: dict[Any, dict[str, Any]] = {}
@@ -240,17 +244,23 @@ async def run_script(server: Any, steps: list[Step], inline: bool = False) -> li
     async def read_chunk() -> bytes:
         return await inbox.get()
 
-    async def send(data: bytes) -> None:
+    def send_now(data: bytes) -> None:
         out.append(data)
         answer = json.loads(data)
         answers[answer.get("id")] = answer
         arrived.set()
 
+    async def send(data: bytes) -> None:
+        send_now(data)
+
+    the_lane = Lane(lambda: True, send_now) if lane else None
+
     async def drive() -> None:
         for step in steps:
             data, expected = step(answers)
             want = len(out) + expected
-            inbox.put_nowait(data)
+            if the_lane is None or not inbox.empty() or not the_lane.offer(data):
+                inbox.put_nowait(data)
             with anyio.fail_after(30):
                 while len(out) < want:
                     arrived.clear()
@@ -259,7 +269,9 @@ async def run_script(server: Any, steps: list[Step], inline: bool = False) -> li
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(drive)
-        await serve_chunks(server, read_chunk, send, inline=(lambda: True) if inline else None)
+        await serve_chunks(
+            server, read_chunk, send, inline=(lambda: True) if inline else None, lane=the_lane
+        )
     return out
 
 
@@ -293,7 +305,8 @@ def normalised(lines: list[bytes]) -> list[str]:
 
 @pytest.fixture
 def spy(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The tool names the fast path served (on the loop: "inline:" and the name)."""
+    """The tool names the fast path served (on the loop: "inline:" and the name; on the
+    line transport's lane: "lane:" and the name)."""
     served: list[str] = []
     start = fast_call.FastCallSession.start
     serve_inline = fast_call.FastCallSession.serve_inline
@@ -306,8 +319,14 @@ def spy(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         served.append(f"inline:{call.name}")
         await serve_inline(self, call)
 
+    def counting_lane(self: fast_call.FastCallSession, call: fast_call.FastCall) -> None:
+        served.append(f"lane:{call.name}")
+        answer(self, call)
+
+    answer = fast_call.FastCallSession.answer
     monkeypatch.setattr(fast_call.FastCallSession, "start", counting)
     monkeypatch.setattr(fast_call.FastCallSession, "serve_inline", counting_inline)
+    monkeypatch.setattr(fast_call.FastCallSession, "answer", counting_lane)
     return served
 
 
@@ -318,39 +337,44 @@ def transcript(
     fast: bool,
     monkeypatch: pytest.MonkeyPatch,
     inline: bool = False,
+    lane: bool = False,
 ) -> list[str]:
     monkeypatch.setenv(fast_call.ENV_SWITCH, "1" if fast else "0")
     with MemoryService.open(tmp_path / name, clock=lambda: FIXED_MS) as service:
         # with the clock standing still, every id is the last one plus 1: the same ids (so
         # the same record sizes and log positions) in both runs
         service._ids.observe(str(ulid.ULID.from_bytes((FIXED_MS << 80).to_bytes(16, "big"))))
-        lines = anyio.run(run_script, build_server(service), script, inline)
+        lines = anyio.run(run_script, build_server(service), script, inline, lane)
         assert service.check() == []
     return normalised(lines)
 
 
-@pytest.mark.parametrize("inline", [False, True], ids=["threads", "inline"])
+@pytest.mark.parametrize("mode", ["threads", "inline", "lane"])
 @pytest.mark.parametrize("era", ["legacy", "modern"])
 def test_fast_path_answers_byte_for_byte_what_the_sdk_answers(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spy: list[str], era: str, inline: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spy: list[str], era: str, mode: str
 ) -> None:
     script = legacy_script() if era == "legacy" else modern_script()
     sdk = transcript(tmp_path, "sdk", script, False, monkeypatch)
     assert spy == []
-    fast = transcript(tmp_path, "fast", script, True, monkeypatch, inline)
+    inline, lane = mode != "threads", mode == "lane"
+    fast = transcript(tmp_path, "fast", script, True, monkeypatch, inline, lane)
     assert len(fast) == len(sdk)
     for ours, theirs in zip(fast, sdk, strict=True):
         assert ours == theirs
     # the fast path served the calls it may (memory tools after the era is settled), the
-    # SDK everything else; with `inline`, the writes (each alone in its step) on the loop
+    # SDK everything else; with `inline`, the writes (each alone in its step) on the loop;
+    # with the lane, those that came as one plain line straight from the reader
     assert len(spy) >= 35, spy
     assert "no_such_tool" not in spy
-    on_loop = {name.removeprefix("inline:") for name in spy if name.startswith("inline:")}
+    on_loop = {name.split(":")[1] for name in spy if name.startswith(("inline:", "lane:"))}
+    by_lane = {name.removeprefix("lane:") for name in spy if name.startswith("lane:")}
     if inline:
         assert on_loop == set(fast_call.INLINE_TOOLS), spy
         assert "write_message" not in spy  # every write came alone
     else:
         assert on_loop == set()
+    assert by_lane == (set(fast_call.INLINE_TOOLS) if lane else set()), spy
     cancelled = [json.loads(t).get("id") for t in fast]
     assert 44 not in cancelled and "46" not in cancelled and 45 in cancelled
 
