@@ -2,7 +2,8 @@
 
 - installer/convmem.spec builds the one-folder app with PyInstaller (or CONVMEM_FROZEN_DIST names
   a folder already built from it): three executables, resources, the unused Qt parts left out,
-  and a shim whose archive holds the standard library and convmem_app.{paths,shim} only;
+  a shim whose archive holds the standard library and convmem_app.{paths,shim} only, the
+  app's and the command line's modules as bytecode files beside them;
 - installer/smoke_frozen.py passes on it: frozen `serve` write + read through the SDK's stdio
   client, the frozen shim starting the frozen app offscreen, quit, reread;
 - installer/convmem.nsi compiles with `makensis -WX` (stub files stand in for the Windows
@@ -128,17 +129,27 @@ def test_the_shim_carries_only_the_standard_library(frozen_dist: Path) -> None:
     }
     assert foreign == set()
     assert not any(name.startswith("pyi_rth_inspect") for name in archive.toc)
-    # The app's executable has the rest.
-    app_modules = set(
-        CArchiveReader(str(frozen_dist / ("ConvMem" + EXE))).open_embedded_archive("PYZ.pyz").toc
-    )
-    assert {"convmem_app.shell.app", "convmem_engine.mcp", "mcp"} <= app_modules
+    # The app and the command line share the rest as bytecode files beside them (noarchive):
+    # their executables' archives hold no modules.
+    internal = frozen_dist / "_internal"
+    for module in (
+        "convmem_app/shell/app.pyc",
+        "convmem_engine/mcp/__init__.pyc",
+        "mcp/__init__.pyc",
+    ):
+        assert (internal / module).is_file(), module
+    for name in ("ConvMem", "convmem-cli"):
+        reader = CArchiveReader(str(frozen_dist / (name + EXE)))
+        assert reader.open_embedded_archive("PYZ.pyz").toc == {}, name
 
 
 def test_serve_starts_without_qt(frozen_dist: Path) -> None:
     """The app's and command line's executables leave out PyInstaller's PySide6 run-time hook
-    (it imports QtCore at every start, `serve` included) and ship anyio's sources (its lazy
-    imports parse them; without them it imports every submodule)."""
+    (it imports QtCore at every start, `serve` included), the command line also the inspect and
+    pkgutil hooks; anyio's sources are shipped (its lazy imports parse them; without them it
+    imports every submodule) with their bytecode in __pycache__, so no start compiles them."""
+    import importlib.util
+
     from PyInstaller.archive.readers import CArchiveReader
 
     for name in ("ConvMem", "convmem-cli"):
@@ -151,7 +162,19 @@ def test_serve_starts_without_qt(frozen_dist: Path) -> None:
         }
         assert "pyi_rth_pyside6" not in scripts and "pyi_rth_multiprocessing" not in scripts
         assert "convmem_main" in scripts
-    assert (frozen_dist / "_internal" / "anyio" / "__init__.py").is_file()
+        if name == "convmem-cli":
+            assert "pyi_rth_inspect" not in scripts and "pyi_rth_pkgutil" not in scripts
+    anyio = frozen_dist / "_internal" / "anyio"
+    sources = sorted(anyio.rglob("*.py"))
+    assert anyio / "__init__.py" in sources and anyio / "_core" / "_eventloop.py" in sources
+    for source in sources:
+        # Beside a .py file Python's finder takes the source: no .pyc may sit next to it.
+        assert not source.with_suffix(".pyc").exists(), source
+        cache = Path(importlib.util.cache_from_source(str(source)))
+        header = cache.read_bytes()[:8]
+        assert header[:4] == importlib.util.MAGIC_NUMBER, cache
+        # PEP 552 flags: 0b01 hash-based, 0b10 check the source: loaded without a look at it.
+        assert int.from_bytes(header[4:8], "little") == 0b01, cache
 
 
 def test_frozen_programs_smoke(frozen_dist: Path) -> None:
