@@ -14,8 +14,10 @@ fresh temporary folders; the user's own data dir and running apps are never touc
    app's pid; a control `quit` ends it; a shim with `--start-timeout 0` then finds no app.
 4. The data written through the app is read back by `convmem-cli serve` (the app released the
    lock and everything it acknowledged is on disk).
-5. With --timings N: median wall time of N runs of `convmem-shim --start-timeout 0` with no
-   app (start, find nobody, exit 1), frozen and from source (`python -m convmem_app shim`).
+5. With --timings N: median wall times of N runs, frozen and from source (`python -m
+   convmem_app`, its bytecode compiled first), taking turns: `convmem-shim --start-timeout 0`
+   with no app (start, find nobody, exit 1), `convmem-cli --help`, and `convmem-cli serve`
+   from its start to its answer to `initialize` on an empty data folder.
 
 Exit status 0 when every check passed; each check prints one line.
 """
@@ -195,6 +197,95 @@ def interleaved_medians(runs: list[tuple[list[str], dict[str, str]]], count: int
     return [statistics.median(series) for series in times]
 
 
+INITIALIZE = (
+    json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "smoke_frozen", "version": "1"},
+            },
+        }
+    )
+    + "\n"
+).encode()
+
+
+def interleaved_handshakes(
+    runs: list[tuple[list[str], dict[str, str]]], data_dir: Path, count: int
+) -> list[float]:
+    """Median wall time in ms from the start of each `serve` command (given without its data
+    folder) to its answer to `initialize`, the commands taking turns on one data folder."""
+    times: list[list[float]] = [[] for _ in runs]
+    for _ in range(count):
+        for index, (command, env) in enumerate(runs):
+            start = time.perf_counter()
+            process = subprocess.Popen(
+                [*command, "--data-dir", str(data_dir)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=env,
+            )
+            assert process.stdin is not None and process.stdout is not None
+            process.stdin.write(INITIALIZE)
+            process.stdin.flush()
+            answer = process.stdout.readline()
+            times[index].append((time.perf_counter() - start) * 1000)
+            process.stdin.close()
+            process.stdout.read()
+            process.wait(60)
+            if b'"id":1' not in answer.replace(b" ", b""):
+                raise SmokeError(f"{command[0]} serve: no answer to initialize")
+    return [statistics.median(series) for series in times]
+
+
+def startup_figures(dist: Path, work: Path, env: dict[str, str], count: int) -> None:
+    """Frozen against source, taking turns, medians of `count`: the shim with no app, the
+    command line's `--help`, `serve`'s handshake. The source tree's bytecode is compiled first
+    (as an installed copy has it; PYTHONDONTWRITEBYTECODE would make every start compile)."""
+    root = Path(__file__).resolve().parent.parent
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", "convmem_engine", "convmem_app"],
+        cwd=root,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    source_env = dict(env)
+    source_env["PYTHONPATH"] = str(root)
+    source = [sys.executable, "-m", "convmem_app"]
+    cli, shim = str(exe(dist, "convmem-cli")), str(exe(dist, "convmem-shim"))
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    tail = ["--data-dir", str(work / "nobody"), "--start-timeout", "0"]
+    figures = {
+        "convmem-shim start-to-exit with no app": interleaved_medians(
+            [([shim, *tail], env), ([*source, "shim", *tail], source_env)], count
+        ),
+        "convmem-cli --help": interleaved_medians(
+            [([cli, "--help"], env), ([*source, "--help"], source_env)], count
+        ),
+        "convmem-cli serve, start to the answer to initialize (empty store)": (
+            interleaved_handshakes(
+                [([cli, "serve"], env), ([*source, "serve"], source_env)],
+                work / "handshakes",
+                count,
+            )
+        ),
+    }
+    for what, (frozen, from_source) in figures.items():
+        print(
+            f"fig {what}, median of {count}: frozen {frozen:.0f} ms, source {from_source:.0f} ms"
+            f" (ratio {frozen / from_source:.2f})"
+        )
+    if load is not None:
+        print(
+            f"fig load average before the figures: {load[0]:.2f}, after: {os.getloadavg()[0]:.2f}"
+        )
+
+
 def run(dist: Path, visible: bool, timings: int, app_data_dir: Path | None = None) -> None:
     dist = dist.resolve()
     cli, shim, app = exe(dist, "convmem-cli"), exe(dist, "convmem-shim"), exe(dist, "ConvMem")
@@ -253,22 +344,7 @@ def run(dist: Path, visible: bool, timings: int, app_data_dir: Path | None = Non
             print("ok  convmem-cli serve reads what the app acknowledged (lock released)")
 
             if timings:
-                nobody = work / "nobody"
-                source_env = dict(env)
-                source_env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
-                tail = ["--data-dir", str(nobody), "--start-timeout", "0"]
-                frozen, source = interleaved_medians(
-                    [
-                        ([str(shim), *tail], env),
-                        ([sys.executable, "-m", "convmem_app", "shim", *tail], source_env),
-                    ],
-                    timings,
-                )
-                print(
-                    f"fig convmem-shim start-to-exit with no app, median of {timings}: "
-                    f"frozen {frozen:.0f} ms, source {source:.0f} ms "
-                    f"(ratio {frozen / source:.2f})"
-                )
+                startup_figures(dist, work, env, timings)
     except BaseException:
         log = errlog_path.read_text(errors="replace") if errlog_path.exists() else ""
         if log.strip():
