@@ -115,32 +115,70 @@ def test_one_folder_layout(frozen_dist: Path) -> None:
         assert not (internal / unused).exists(), unused
 
 
-def test_the_shim_carries_only_the_standard_library(frozen_dist: Path) -> None:
+def _python_module(entry: Path) -> bool:
+    """A module or package at the top of _internal (not a shared library, not package data)."""
+    if entry.is_dir():
+        return any((entry / f"__init__{suffix}").exists() for suffix in (".pyc", ".py"))
+    return entry.suffix in {".pyc", ".py", ".pyd", ".so"}
+
+
+def test_the_shim_carries_only_the_standard_library(frozen_dist: Path, tmp_path: Path) -> None:
+    """The three executables read their modules as .pyc files from the shared _internal folder
+    (noarchive): none is in an archive of theirs. The shim needs only the standard library and
+    its own modules: a copy of the folder without any other Python module (no engine, no SDK, no
+    Qt, no app) still runs it: it starts, finds no app, says so and exits 1. (The spec checks
+    the same on the shim's analysis at build time.)"""
     from PyInstaller.archive.readers import CArchiveReader
 
-    archive = CArchiveReader(str(frozen_dist / ("convmem-shim" + EXE)))
-    modules = set(archive.open_embedded_archive("PYZ.pyz").toc)
-    ours = {name for name in modules if name.split(".")[0] == "convmem_app"}
-    assert ours == SHIM_OWN_MODULES
-    foreign = {
-        name
-        for name in modules - ours
-        if name.split(".")[0] not in sys.stdlib_module_names | {"__future__"}
-    }
-    assert foreign == set()
-    assert not any(name.startswith("pyi_rth_inspect") for name in archive.toc)
-    # The app and the command line share the rest as bytecode files beside them (noarchive):
-    # their executables' archives hold no modules.
+    for name in ("ConvMem", "convmem-cli", "convmem-shim"):
+        archive = CArchiveReader(str(frozen_dist / (name + EXE)))
+        assert archive.open_embedded_archive("PYZ.pyz").toc == {}, name
+        if name == "convmem-shim":
+            assert not any(entry.startswith("pyi_rth_") for entry in archive.toc)
     internal = frozen_dist / "_internal"
     for module in (
         "convmem_app/shell/app.pyc",
         "convmem_engine/mcp/__init__.pyc",
         "mcp/__init__.pyc",
+        "convmem_app/shim/launcher.pyc",
     ):
         assert (internal / module).is_file(), module
-    for name in ("ConvMem", "convmem-cli"):
-        reader = CArchiveReader(str(frozen_dist / (name + EXE)))
-        assert reader.open_embedded_archive("PYZ.pyz").toc == {}, name
+    assert not (internal / "base_library.zip").exists()
+
+    kept = sys.stdlib_module_names | {"__future__", "convmem_app"}
+
+    def leave_out(folder: str, names: list[str]) -> set[str]:
+        here = Path(folder)
+        if here == internal:
+            return {n for n in names if _python_module(here / n) and n.split(".")[0] not in kept}
+        if here == internal / "convmem_app":
+            return {n for n in names if n not in {"__init__.pyc", "shim"}}
+        return set()
+
+    pruned = tmp_path / "ConvMem"
+    shutil.copytree(frozen_dist, pruned, symlinks=True, ignore=leave_out)
+    for gone in ("mcp", "convmem_engine", "pydantic", "PySide6", "convmem_app/shell"):
+        assert not (pruned / "_internal" / gone).exists(), gone
+    env = clean_env()
+    if not IS_WINDOWS:
+        env["XDG_RUNTIME_DIR"] = str(tmp_path / "run")
+        (tmp_path / "run").mkdir(mode=0o700)
+    done = subprocess.run(
+        [
+            str(pruned / ("convmem-shim" + EXE)),
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--start-timeout",
+            "0",
+        ],
+        input="",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "no ConvMem app is running" in done.stderr, done.stderr
 
 
 def test_serve_starts_without_qt(frozen_dist: Path) -> None:
