@@ -410,6 +410,7 @@ class FastCallSession:
         self.encode = encode
         self.write = write
         self.settle: Settle = lambda _key: None
+        self.write_now: Callable[[bytes], bool] | None = None  # the transport's, if it can
         self.inline: Callable[[], bool] | None = None  # the transport's say (see module doc)
         self.era: str | None = None  # "legacy" or "modern", once the SDK has seen a request
         self.handshake_version: str | None = None  # legacy: negotiated by the first initialize
@@ -612,7 +613,11 @@ class FastCallSession:
                 call.line = self.encode(
                     types.JSONRPCError(jsonrpc="2.0", id=call.request_id, error=error)
                 )
-            self.answers.put_nowait(call)
+            write_now = self.write_now
+            if self.answers.empty() and write_now is not None and write_now(call.line):
+                self.settle(call.key)  # written at once: no hand-over to `writer`
+            else:
+                self.answers.put_nowait(call)
         if self.running == 0:
             self.idle.set()
 

@@ -364,21 +364,21 @@ class _LineSession:
             self.settled = self.new_event()
 
     def serve_now(self, data: bytes) -> bool:
-        """The lane's `offer` (module doc): serve `data` here and now if it is one line with a
-        write that `handle_line` would serve on the loop, with nothing else going on in this
-        session; False (nothing done) otherwise."""
+        """The lane's `offer` (module doc): take `data` here and now if it is one line with a
+        call that `handle_line` would give the fast path without waiting (room in flight):
+        a write alone in the session is answered at once, as `handle_line` would on the loop;
+        any other such call is started (a worker or the writer thread), as `handle_line`
+        would start it. False (nothing done) otherwise."""
         fast, lane = self.fast, self.lane
         if (
             not self.parked
             or fast is None
             or lane is None
-            or self.in_flight
+            or self.in_flight >= self.max_in_flight
             or self.broken
             or self.server_done
-            or self.send_lock.locked()
             or len(data) > self.max_line_bytes
             or data.find(b"\n") != len(data) - 1
-            or not lane.ready()
         ):
             return False
         line = data.strip()
@@ -389,15 +389,30 @@ class _LineSession:
         except UnicodeDecodeError:
             return False
         call = fast.take(text, self.pending)
-        if call is None or not fast.may_inline(call):
+        if call is None:
             return False
-        # as handle_line: counted (no wait: nothing in flight), observed, answered, settled
+        alone = self.in_flight == 0 and fast.may_inline(call)
+        if alone and (self.send_lock.locked() or not lane.ready()):
+            return False  # its answer could not be written at once: the task's way
+        # as handle_line: counted (no wait: there is room), observed, answered or started
         self._count(call.request_id)
         if self.on_request is not None:
             self.on_request(fast_call.METHOD, call.params)
-        self.context.copy().run(fast.answer, call)  # the session's context, its own copy
-        self.write_now(lane, call.line)
-        self._settle(call.key)
+        if alone:
+            self.context.copy().run(fast.answer, call)  # the session's context, its own copy
+            self.write_now(lane, call.line)
+            self._settle(call.key)
+        else:
+            self.context.run(fast.start, call)  # (start copies the context for the call)
+        return True
+
+    def answer_now(self, data: bytes) -> bool:
+        """Write an answer at once if the lane's output takes it without waiting and no other
+        answer is being written; False (nothing written) otherwise."""
+        lane = self.lane
+        if lane is None or self.send_lock.locked() or not lane.ready():
+            return False
+        self.write_now(lane, data)
         return True
 
     async def wait_for_room(self) -> None:
@@ -552,6 +567,8 @@ class _LineSession:
         session = fast_call.FastCallSession(self.server, support, _encode, self.write)
         session.settle = self._settle
         session.inline = self.inline
+        if self.lane is not None:
+            session.write_now = self.answer_now
         return session
 
 

@@ -15,7 +15,7 @@ from pytestqt.qtbot import QtBot
 
 from convmem_app.shell.pipe_bridge import SHUTTING_DOWN_CODE, PipeBridge
 from convmem_app.shim.paths import endpoint
-from convmem_engine.mcp import line_transport
+from convmem_engine.mcp import fast_call, line_transport
 from convmem_engine.runtime import Runtime
 from convmem_engine.runtime.activity import ActivityLog
 from convmem_engine.service import MemoryService
@@ -371,3 +371,53 @@ def test_direct_writes_one_at_a_time_are_served_by_the_lane_for_their_client(
     writes = [e for e in activity.entries() if e.kind == "write"]
     assert len(writes) == 12
     assert {e.client for e in writes} == {"bridge-test 0"}
+
+
+def test_direct_writes_of_several_hosts_go_from_the_lane_to_the_writer(
+    tmp_path: Path, qtbot: QtBot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four hosts writing at once: their writes are taken by the lane and started on the
+    writer thread (not alone), answered once durable, each change its own host's."""
+    started: list[str] = []
+    start = fast_call.FastCallSession.start
+
+    def counting(self: fast_call.FastCallSession, call: fast_call.FastCall) -> None:
+        started.append(call.name)
+        start(self, call)
+
+    served: list[bool] = []
+    serve_now = line_transport._LineSession.serve_now
+
+    def offered(self: line_transport._LineSession, data: bytes) -> bool:
+        served.append(serve_now(self, data))
+        return served[-1]
+
+    monkeypatch.setattr(fast_call.FastCallSession, "start", counting)
+    monkeypatch.setattr(line_transport._LineSession, "serve_now", offered)
+    b = Bridge(tmp_path / "data", direct=True)
+    activity = ActivityLog(b.service, b.runtime.clients)
+    hosts = [Host(b, qtbot) for _ in range(4)]
+    try:
+        for h, host in enumerate(hosts):
+            host.sock.sendall(lines(initialize_request(f"host{h}"), INITIALIZED))
+            host.wait_for([1])
+        for i in range(2, 22):
+            for h, host in enumerate(hosts):
+                host.sock.sendall(lines(write_call(i, f"s{h}", f"host {h} write {i}")))
+            for host in hosts:
+                host.wait_for([i])
+        contents = {h: stored(b, f"s{h}") for h in range(4)}
+    finally:
+        for host in hosts:
+            host.close()
+        activity.close()
+        b.close(qtbot)
+    assert started, "no write went to the writer thread"
+    assert served.count(True) >= 40, served  # of 80 writes (a host's first may come early)
+    for h, host in enumerate(hosts):
+        assert not any(host.replies[i]["result"].get("isError") for i in range(2, 22))
+        assert contents[h] == [f"host {h} write {i}" for i in range(2, 22)]
+    by_session: dict[str | None, set[str]] = {}
+    for e in activity.entries():
+        by_session.setdefault(e.session_id, set()).add(e.client)
+    assert by_session == {f"s{h}": {f"host{h} 0"} for h in range(4)}
