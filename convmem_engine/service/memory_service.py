@@ -248,6 +248,8 @@ class MemoryService:
         """A relation the caller adds must point at a live message other than the message
         itself. Relations already on the message are kept as they are (their target may have
         been deleted since; the context view shows it as deleted)."""
+        if not relations:
+            return
         kept_targets = {r.message_id for r in kept}
         for i, rel in enumerate(relations):
             at = f"{field}.relations[{i}].message_id"
