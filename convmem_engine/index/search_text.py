@@ -17,7 +17,7 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from operator import add
+from operator import add, itemgetter
 from typing import Final
 
 from convmem_engine.domain.message import Message
@@ -39,6 +39,11 @@ _PRETEST_MAX: Final = 32  # whole-word pre-test by regex for needles up to this 
 _START: Final = "\x02"  # edge-gram markers: field start / field end
 _END: Final = "\x03"
 _WORD: Final = "\x01"  # word-boundary gram marker (see `_word_grams`)
+
+_PIECES_FROM: Final = 256  # `_text_grams`: texts this long whose words repeat are cut in pieces
+_PROBE: Final = 12  # ... and repeat: the 12 code points at its middle occur 3 times or more
+_WORDS_DISTINCT: Final = 8  # `_add_word_grams`: more words than this are deduplicated first
+_LAST: Final = itemgetter(slice(-1, None))  # a word's last code point ("" for "")
 
 _FOLD: Final = {c: c + 32 for c in range(0x41, 0x5B)}
 _ASCII_WORD: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
@@ -122,8 +127,15 @@ def _word_grams(folded: str) -> set[str]:
     a query that a non-word code point of the query (or, for a whole-word test, the needle's
     edge) bounds must be such a word, or the start of one, in the text (`_bounded_grams`)."""
     grams: set[str] = set()
+    _add_word_grams(folded, grams)
+    return grams
+
+
+def _add_word_grams(folded: str, grams: set[str]) -> None:
+    """`_word_grams` of `folded`, added to `grams` (each distinct word once)."""
     add_gram = grams.add
-    for w in _text_words(folded):
+    words = _text_words(folded)
+    for w in set(words) if len(words) > _WORDS_DISTINCT else words:
         n = len(w)
         if n < 5:
             if n > 1:
@@ -132,7 +144,6 @@ def _word_grams(folded: str) -> set[str]:
                     add_gram(_WORD + w[:3])
         else:
             add_gram(_WORD + w[:3])
-    return grams
 
 
 def _bounded_grams(needle: str, whole: bool) -> tuple[list[tuple[str, ...]], bool, bool]:
@@ -456,6 +467,35 @@ def _signature(msg: Message) -> int:
     return zlib.crc32(data)
 
 
+def _text_grams(t: str, grams: set[str]) -> None:
+    """Add the 2-grams and 3-grams of `t` (folded, 2 code points or more) to `grams`.
+
+    A long text that repeats itself (its middle 12 code points occur 3 times or more) and has
+    no two spaces in a row is cut into overlapping pieces first, one per word (the runs
+    between spaces): the code point before its space, that space, the word and the space
+    after it (the first piece: the first word and its space; the last: the last word and the
+    two code points before it). Consecutive pieces overlap by 2 code points, so every 2-gram
+    and 3-gram of the text is one of a piece, and each distinct piece is cut once: "lorem
+    ipsum dolor sit amet " * 20 is 7 distinct pieces, not 540 positions. The text's grams
+    either way (tests/index/test_search_index.py compares them with the definition)."""
+    n = len(t)
+    if n >= _PIECES_FROM and t.count(t[n >> 1 : (n >> 1) + _PROBE]) >= 3 and "  " not in t:
+        # (a cheap test for repeats first; then no empty word but at the ends)
+        words = t.split(" ")
+        if len(words) >= 4:
+            pieces = {f"{a} {w} " for a, w in set(zip(map(_LAST, words), words[1:-1]))}
+            pieces.add(t[: len(words[0]) + 1])
+            pieces.add(t[max(0, n - len(words[-1]) - 2) :])
+            for piece in pieces:
+                bigrams = list(map(add, piece, piece[1:]))
+                grams.update(bigrams)
+                grams.update(map(add, bigrams, piece[2:]))
+            return
+    bigrams = list(map(add, t, t[1:]))
+    grams.update(bigrams)
+    grams.update(map(add, bigrams, t[2:]))
+
+
 def _grams(msg: Message) -> tuple[set[str], list[str]]:
     """All 2-grams and 3-grams of the folded fields, the two edge grams of each field (START +
     first two code points, last two + END), their word-boundary grams (`_word_grams`), and the
@@ -470,13 +510,10 @@ def _grams(msg: Message) -> tuple[set[str], list[str]]:
         t = text.lower() if text.isascii() else text.translate(_FOLD)
         n = len(t)
         if n >= 2:
-            bigrams = list(map(add, t, t[1:]))
-            grams.update(bigrams)
-            if n >= 3:
-                grams.update(map(add, bigrams, t[2:]))
-            grams.add(_START + bigrams[0])
-            grams.add(bigrams[-1] + _END)
-            grams |= _word_grams(t)
+            _text_grams(t, grams)
+            grams.add(_START + t[:2])
+            grams.add(t[-2:] + _END)
+            _add_word_grams(t, grams)
         elif n == 1:
             singles.append(t)
     return grams, singles

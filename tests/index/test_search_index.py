@@ -1122,6 +1122,70 @@ def test_word_boundary_grams_find_what_the_reference_finds(
             assert_like_reference(idx, msgs, q, 3)
 
 
+def ref_grams(field: str) -> set[str]:
+    """A field's grams by their definition (docs/search.md, "What is indexed"): every 2-gram
+    and 3-gram of the folded field, its two edge grams and its word-boundary grams."""
+    t = ref_fold(field)
+    grams = {t[i : i + k] for k in (2, 3) for i in range(len(t) - k + 1)}
+    grams |= {"\x02" + t[:2], t[-2:] + "\x03"}
+    run = ""
+    for c in t + " ":
+        if ref_word_char(c):
+            run += c
+            continue
+        if 2 <= len(run) <= 4:
+            grams.add(f"\x01{run}\x01")
+        if len(run) >= 4:
+            grams.add("\x01" + run[:3])
+        run = ""
+    return grams
+
+
+# Repetitive long texts (the pieces path of `_text_grams`): a few words, repeated, with single,
+# double, leading and trailing spaces, one-code-point words, newlines and non-ASCII.
+_REPEATED = st.builds(
+    lambda words, pattern, reps, noise, lead, trail: (
+        lead + " ".join(words[i % len(words)] for i in pattern * reps + noise) + trail
+    ),
+    st.lists(
+        st.text(alphabet=st.sampled_from([*"abAB_1.-\n", "é", "設"]), min_size=1, max_size=6),
+        min_size=1,
+        max_size=6,
+    ),
+    st.lists(st.integers(0, 5), min_size=1, max_size=8),
+    st.integers(30, 80),
+    st.lists(st.integers(0, 5), max_size=20),
+    st.sampled_from(["", " ", "  ", "x "]),
+    st.sampled_from(["", " ", "  ", " y"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_REPEATED)
+def test_grams_of_repetitive_long_texts_are_the_texts_grams(text: str) -> None:
+    """`_grams` cuts a long text whose words repeat into pieces (search_text._text_grams):
+    exactly the grams of the text, however its spaces fall."""
+    from convmem_engine.index.search_text import _grams
+
+    m = msg(1, text)
+    grams, singles = _grams(m)
+    assert grams == (ref_grams(text) if len(text) >= 2 else set())
+    assert singles == ([ref_fold(text)] if len(text) == 1 else [])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_REPEATED, min_size=1, max_size=6))
+def test_repetitive_long_texts_add_like_the_batch_build(texts: list[str]) -> None:
+    """Adding repetitive long texts (the pieces path) gives the index the batch build (its
+    grams made by NumPy, index/gram_batch.py) gives."""
+    messages = [msg(i, t, summary=t[::-1] if i % 2 else None) for i, t in enumerate(texts)]
+    idx, msgs = build(messages)
+    built = SearchIndex()
+    assert built.build(messages)
+    assert index_state(built) == index_state(idx)
+    assert_like_reference(idx, msgs, texts[0][-40:], 3)
+
+
 def test_long_phrases_skip_only_blocks_of_shorter_fields() -> None:
     """Phrases longer than 32 code points: pass 1 reads only blocks (256 documents) whose
     longest field ever indexed can hold them; fields grown by replace(), long summaries and
