@@ -17,7 +17,7 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from operator import add, itemgetter
+from operator import add
 from typing import Final
 
 from convmem_engine.domain.message import Message
@@ -40,10 +40,9 @@ _START: Final = "\x02"  # edge-gram markers: field start / field end
 _END: Final = "\x03"
 _WORD: Final = "\x01"  # word-boundary gram marker (see `_word_grams`)
 
-_PIECES_FROM: Final = 256  # `_text_grams`: texts this long whose words repeat are cut in pieces
-_PROBE: Final = 12  # ... and repeat: the 12 code points at its middle occur 3 times or more
+_PIECES_FROM: Final = 256  # `_text_grams`: texts this long that repeat are cut in pieces ...
+_PROBE: Final = 12  # ... at the occurrences of their 12 code points at the middle
 _WORDS_DISTINCT: Final = 8  # `_add_word_grams`: more words than this are deduplicated first
-_LAST: Final = itemgetter(slice(-1, None))  # a word's last code point ("" for "")
 
 _FOLD: Final = {c: c + 32 for c in range(0x41, 0x5B)}
 _ASCII_WORD: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
@@ -470,27 +469,30 @@ def _signature(msg: Message) -> int:
 def _text_grams(t: str, grams: set[str]) -> None:
     """Add the 2-grams and 3-grams of `t` (folded, 2 code points or more) to `grams`.
 
-    A long text that repeats itself (its middle 12 code points occur 3 times or more) and has
-    no two spaces in a row is cut into overlapping pieces first, one per word (the runs
-    between spaces): the code point before its space, that space, the word and the space
-    after it (the first piece: the first word and its space; the last: the last word and the
-    two code points before it). Consecutive pieces overlap by 2 code points, so every 2-gram
-    and 3-gram of the text is one of a piece, and each distinct piece is cut once: "lorem
-    ipsum dolor sit amet " * 20 is 7 distinct pieces, not 540 positions. The text's grams
+    A long text that repeats itself is cut into overlapping pieces first: P, its 12 code
+    points at the middle, splits it into c0 P c1 P ... P cm, and the pieces are c0 + P, each
+    P + ci + P and P + cm. Consecutive pieces overlap by P, so every 2-gram and 3-gram of the
+    text is one of a piece, and every piece is a part of the text: its grams are the pieces'
+    grams, each distinct piece cut once ("lorem ipsum dolor sit amet " * 20: 3 pieces of ~40
+    code points instead of 540 positions). Taken when P occurs 3 times or more and the
+    distinct pieces hold at most half as many code points as the text; the text's grams
     either way (tests/index/test_search_index.py compares them with the definition)."""
     n = len(t)
-    if n >= _PIECES_FROM and t.count(t[n >> 1 : (n >> 1) + _PROBE]) >= 3 and "  " not in t:
-        # (a cheap test for repeats first; then no empty word but at the ends)
-        words = t.split(" ")
-        if len(words) >= 4:
-            pieces = {f"{a} {w} " for a, w in set(zip(map(_LAST, words), words[1:-1]))}
-            pieces.add(t[: len(words[0]) + 1])
-            pieces.add(t[max(0, n - len(words[-1]) - 2) :])
-            for piece in pieces:
-                bigrams = list(map(add, piece, piece[1:]))
-                grams.update(bigrams)
-                grams.update(map(add, bigrams, piece[2:]))
-            return
+    if n >= _PIECES_FROM:
+        half = n >> 1
+        probe = t[half : half + _PROBE]
+        chunks = t.split(probe)
+        if len(chunks) > 3:
+            inner = set(chunks[1:-1])
+            if sum(map(len, inner)) + 2 * _PROBE * len(inner) <= half:
+                pieces = {f"{probe}{c}{probe}" for c in inner}
+                pieces.add(chunks[0] + probe)
+                pieces.add(probe + chunks[-1])
+                for piece in pieces:
+                    bigrams = list(map(add, piece, piece[1:]))
+                    grams.update(bigrams)
+                    grams.update(map(add, bigrams, piece[2:]))
+                return
     bigrams = list(map(add, t, t[1:]))
     grams.update(bigrams)
     grams.update(map(add, bigrams, t[2:]))
@@ -509,8 +511,13 @@ def _grams(msg: Message) -> tuple[set[str], list[str]]:
     for text in texts:
         t = text.lower() if text.isascii() else text.translate(_FOLD)
         n = len(t)
-        if n >= 2:
+        if n >= _PIECES_FROM:
             _text_grams(t, grams)
+        elif n >= 2:  # (`_text_grams`'s short case, in line: most fields are short)
+            bigrams = list(map(add, t, t[1:]))
+            grams.update(bigrams)
+            grams.update(map(add, bigrams, t[2:]))
+        if n >= 2:
             grams.add(_START + t[:2])
             grams.add(t[-2:] + _END)
             _add_word_grams(t, grams)

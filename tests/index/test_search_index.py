@@ -1142,7 +1142,8 @@ def ref_grams(field: str) -> set[str]:
 
 
 # Repetitive long texts (the pieces path of `_text_grams`): a few words, repeated, with single,
-# double, leading and trailing spaces, one-code-point words, newlines and non-ASCII.
+# double, leading and trailing spaces, one-code-point words, newlines and non-ASCII; or any
+# short unit repeated (periodic texts, `aaaa...`), with other text inserted somewhere.
 _REPEATED = st.builds(
     lambda words, pattern, reps, noise, lead, trail: (
         lead + " ".join(words[i % len(words)] for i in pattern * reps + noise) + trail
@@ -1157,14 +1158,20 @@ _REPEATED = st.builds(
     st.lists(st.integers(0, 5), max_size=20),
     st.sampled_from(["", " ", "  ", "x "]),
     st.sampled_from(["", " ", "  ", " y"]),
+) | st.builds(
+    lambda unit, reps, noise, at: (unit * reps)[:at] + noise + (unit * reps)[at:],
+    st.text(alphabet=st.sampled_from([*"ab \n", "é", "設", "🎉"]), min_size=1, max_size=30),
+    st.integers(10, 300),
+    st.text(alphabet=st.sampled_from([*"abc ", "設"]), max_size=40),
+    st.integers(0, 600),
 )
 
 
 @settings(max_examples=300, deadline=None)
 @given(_REPEATED)
 def test_grams_of_repetitive_long_texts_are_the_texts_grams(text: str) -> None:
-    """`_grams` cuts a long text whose words repeat into pieces (search_text._text_grams):
-    exactly the grams of the text, however its spaces fall."""
+    """`_grams` cuts a long text that repeats itself into pieces (search_text._text_grams):
+    exactly the grams of the text, wherever the pieces fall."""
     from convmem_engine.index.search_text import _grams
 
     m = msg(1, text)
