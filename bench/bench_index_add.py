@@ -16,6 +16,11 @@ Texts (`--texts`): `corpus` (the chitchat corpus' messages, as bench_mcp writes 
 characters on average), `lorem` (bench_pipe's "lorem ipsum dolor sit amet " * 20), `long`
 (~210-character runs of corpus lines, as bench_write_index writes them).
 
+`NAME=DIR@FROM,CHARS` runs that tree with another batching rule (`_apply_search_changes`'s
+batch_from and batch_chars: `@0,0` makes every run of 2 or more adds one `add_many` batch, and
+`@0,1000000000` adds them one by one): the same checkout twice, under two names, compares
+`add_many` with `add` on the same index.
+
 Prints per tree and text kind the median and the mean of the blocks' CPU per message (us), and
 each tree's ratio to the first tree's (per block, then the median).
 
@@ -23,6 +28,7 @@ Also `--grams`: the gram extraction alone (`search_text._grams`) of each tree on
 messages, in the same process.
 
 Usage: python bench/bench_index_add.py --tree before=/tmp/s9/before --tree after=.
+       [--tree many=.@0,0 --tree one=.@0,1000000000]
        [--store /tmp/s5/258k] [--texts corpus,lorem] [--messages 4000] [--block 50]
        [--batch 1] [--dir /dev/shm] [--grams]
 """
@@ -72,8 +78,14 @@ def texts(kind: str, n: int) -> list[str]:
 class Tree:
     """One checkout's modules, a service on its own store copy, and its loaded index."""
 
-    def __init__(self, name: str, path: str, store: str, work: str) -> None:
+    def __init__(self, name: str, spec: str, store: str, work: str) -> None:
         self.name = name
+        path, _, policy = spec.partition("@")
+        # `@FROM,CHARS`: the flush's batching rule (index size, run characters) for this tree
+        self.policy: dict[str, int] = {}
+        if policy:
+            batch_from, batch_chars = map(int, policy.split(","))
+            self.policy = {"batch_from": batch_from, "batch_chars": batch_chars}
         for mod in [m for m in sys.modules if m.split(".")[0] == "convmem_engine"]:
             del sys.modules[mod]  # (the previous tree's objects keep their own modules)
         sys.path.insert(0, path)
@@ -103,7 +115,9 @@ class Tree:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tree", action="append", required=True, help="NAME=DIR (2 or more)")
+    ap.add_argument(
+        "--tree", action="append", required=True, help="NAME=DIR[@FROM,CHARS] (2 or more)"
+    )
     ap.add_argument("--store", default="empty", help="a store to copy, or `empty`")
     ap.add_argument("--dir", default="/dev/shm", help="where the store copies go")
     ap.add_argument("--texts", default="corpus,lorem")
@@ -163,7 +177,7 @@ def main() -> None:
                     pause = t.pauser()
                     c0 = time.thread_time()
                     for k in range(0, len(changes), args.batch):
-                        t.apply(t.index, changes[k : k + args.batch], pause=pause)
+                        t.apply(t.index, changes[k : k + args.batch], pause=pause, **t.policy)
                     per[t.name].append((time.thread_time() - c0) / len(msgs) * 1e6)
             stamp += len(pool)
             report(f"{kind}: add (flush step of {args.batch})", per, trees)
