@@ -40,10 +40,6 @@ _START: Final = "\x02"  # edge-gram markers: field start / field end
 _END: Final = "\x03"
 _WORD: Final = "\x01"  # word-boundary gram marker (see `_word_grams`)
 
-_PIECES_FROM: Final = 256  # `_text_grams`: texts this long that repeat are cut in pieces ...
-_PROBE: Final = 12  # ... at the occurrences of their 12 code points at the middle
-_WORDS_DISTINCT: Final = 8  # `_add_word_grams`: more words than this are deduplicated first
-
 _FOLD: Final = {c: c + 32 for c in range(0x41, 0x5B)}
 _ASCII_WORD: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 # Scripts written without spaces between words: no word boundaries inside them.
@@ -126,15 +122,8 @@ def _word_grams(folded: str) -> set[str]:
     a query that a non-word code point of the query (or, for a whole-word test, the needle's
     edge) bounds must be such a word, or the start of one, in the text (`_bounded_grams`)."""
     grams: set[str] = set()
-    _add_word_grams(folded, grams)
-    return grams
-
-
-def _add_word_grams(folded: str, grams: set[str]) -> None:
-    """`_word_grams` of `folded`, added to `grams` (each distinct word once)."""
     add_gram = grams.add
-    words = _text_words(folded)
-    for w in set(words) if len(words) > _WORDS_DISTINCT else words:
+    for w in _text_words(folded):
         n = len(w)
         if n < 5:
             if n > 1:
@@ -143,6 +132,7 @@ def _add_word_grams(folded: str, grams: set[str]) -> None:
                     add_gram(_WORD + w[:3])
         else:
             add_gram(_WORD + w[:3])
+    return grams
 
 
 def _bounded_grams(needle: str, whole: bool) -> tuple[list[tuple[str, ...]], bool, bool]:
@@ -466,38 +456,6 @@ def _signature(msg: Message) -> int:
     return zlib.crc32(data)
 
 
-def _text_grams(t: str, grams: set[str]) -> None:
-    """Add the 2-grams and 3-grams of `t` (folded, 2 code points or more) to `grams`.
-
-    A long text that repeats itself is cut into overlapping pieces first: P, its 12 code
-    points at the middle, splits it into c0 P c1 P ... P cm, and the pieces are c0 + P, each
-    P + ci + P and P + cm. Consecutive pieces overlap by P, so every 2-gram and 3-gram of the
-    text is one of a piece, and every piece is a part of the text: its grams are the pieces'
-    grams, each distinct piece cut once ("lorem ipsum dolor sit amet " * 20: 3 pieces of ~40
-    code points instead of 540 positions). Taken when P occurs 3 times or more and the
-    distinct pieces hold at most half as many code points as the text; the text's grams
-    either way (tests/index/test_search_index.py compares them with the definition)."""
-    n = len(t)
-    if n >= _PIECES_FROM:
-        half = n >> 1
-        probe = t[half : half + _PROBE]
-        chunks = t.split(probe)
-        if len(chunks) > 3:
-            inner = set(chunks[1:-1])
-            if sum(map(len, inner)) + 2 * _PROBE * len(inner) <= half:
-                pieces = {f"{probe}{c}{probe}" for c in inner}
-                pieces.add(chunks[0] + probe)
-                pieces.add(probe + chunks[-1])
-                for piece in pieces:
-                    bigrams = list(map(add, piece, piece[1:]))
-                    grams.update(bigrams)
-                    grams.update(map(add, bigrams, piece[2:]))
-                return
-    bigrams = list(map(add, t, t[1:]))
-    grams.update(bigrams)
-    grams.update(map(add, bigrams, t[2:]))
-
-
 def _grams(msg: Message) -> tuple[set[str], list[str]]:
     """All 2-grams and 3-grams of the folded fields, the two edge grams of each field (START +
     first two code points, last two + END), their word-boundary grams (`_word_grams`), and the
@@ -511,16 +469,14 @@ def _grams(msg: Message) -> tuple[set[str], list[str]]:
     for text in texts:
         t = text.lower() if text.isascii() else text.translate(_FOLD)
         n = len(t)
-        if n >= _PIECES_FROM:
-            _text_grams(t, grams)
-        elif n >= 2:  # (`_text_grams`'s short case, in line: most fields are short)
+        if n >= 2:
             bigrams = list(map(add, t, t[1:]))
             grams.update(bigrams)
-            grams.update(map(add, bigrams, t[2:]))
-        if n >= 2:
-            grams.add(_START + t[:2])
-            grams.add(t[-2:] + _END)
-            _add_word_grams(t, grams)
+            if n >= 3:
+                grams.update(map(add, bigrams, t[2:]))
+            grams.add(_START + bigrams[0])
+            grams.add(bigrams[-1] + _END)
+            grams |= _word_grams(t)
         elif n == 1:
             singles.append(t)
     return grams, singles
