@@ -410,28 +410,40 @@ class SearchIndex:
         """`add`'s part before the grams: the new document's number, id, signature,
         importance lane, session list and block bounds."""
         doc = len(self._ids)
-        self._ids.append(msg.message_id)
-        self._docs.add(msg.message_id, doc)
+        mid = msg.message_id
+        self._ids.append(mid)
+        self._docs.add(mid, doc)
         self._sig.append(_signature(msg))
         imp = msg.metadata.importance
         self._imp.append(imp)
         lane = self._lanes.get(imp)
-        grown = 0  # bytes the lane and session lists grew by (`_counted`)
-        if lane is None:
-            lane = self._lanes[imp] = array("I")
+        # Bytes the lane and session lists grew by (`_counted`). Every write appends to both:
+        # the sizes that may change are read around the append (`nbytes` adds constants).
+        if type(lane) is Postings:
+            before = lane.data.__sizeof__() + lane.at.__sizeof__() + lane.cards.__sizeof__()
+            lane.append(doc)
+            grown = lane.data.__sizeof__() + lane.at.__sizeof__() + lane.cards.__sizeof__()
+            grown -= before
         else:
-            grown -= nbytes(lane)
-        lane.append(doc)
-        if len(lane) == BIG and type(lane) is array:
-            lane = self._lanes[imp] = pack(lane)
-        grown += nbytes(lane)
+            if lane is None:
+                lane = self._lanes[imp] = array("I")
+                grown = 0
+            else:
+                grown = -nbytes(lane)
+            lane.append(doc)
+            if len(lane) == BIG:
+                lane = self._lanes[imp] = pack(lane)
+            grown += nbytes(lane)
         sess = self._sessions.get(msg.session_id)
         if sess is None:
             sess = self._sessions[msg.session_id] = array("I")
+            sess.append(doc)
+            grown += nbytes(sess)
         else:
-            grown -= nbytes(sess)
-        sess.append(doc)
-        self._counted += grown + nbytes(sess)
+            before = sess.__sizeof__()
+            sess.append(doc)
+            grown += sess.__sizeof__() - before
+        self._counted += grown
         self._raise_bounds(doc, msg)
         return doc
 

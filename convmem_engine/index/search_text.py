@@ -115,13 +115,13 @@ def _word_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def _word_grams(folded: str) -> set[str]:
-    """The word-boundary grams of a folded field (words: `_text_words`), 4 to 6 code points
-    each, so never a text gram: every word of 2 to 4 code points whole, WORD + it + WORD, and
-    every word of 4 or more as its start, WORD + its first three. A run of word code points of
-    a query that a non-word code point of the query (or, for a whole-word test, the needle's
-    edge) bounds must be such a word, or the start of one, in the text (`_bounded_grams`)."""
-    grams: set[str] = set()
+def _word_grams(folded: str, grams: set[str]) -> None:
+    """Add the word-boundary grams of a folded field (words: `_text_words`) to `grams`: 4 to
+    6 code points each, so never a text gram: every word of 2 to 4 code points whole, WORD +
+    it + WORD, and every word of 4 or more as its start, WORD + its first three. A run of word
+    code points of a query that a non-word code point of the query (or, for a whole-word test,
+    the needle's edge) bounds must be such a word, or the start of one, in the text
+    (`_bounded_grams`)."""
     add_gram = grams.add
     for w in _text_words(folded):
         n = len(w)
@@ -132,7 +132,6 @@ def _word_grams(folded: str) -> set[str]:
                     add_gram(_WORD + w[:3])
         else:
             add_gram(_WORD + w[:3])
-    return grams
 
 
 def _bounded_grams(needle: str, whole: bool) -> tuple[list[tuple[str, ...]], bool, bool]:
@@ -462,10 +461,9 @@ def _grams(msg: Message) -> tuple[set[str], list[str]]:
     fields that are one code point."""
     grams: set[str] = set()
     singles: list[str] = []
-    texts = [msg.content]
-    if msg.metadata.summary:
-        texts.append(msg.metadata.summary)
-    texts.extend(msg.metadata.tags)
+    meta = msg.metadata
+    # (most messages have no summary and no tags: no list of fields for them)
+    texts = (msg.content,) if not meta.summary and not meta.tags else _fields(msg)
     for text in texts:
         t = text.lower() if text.isascii() else text.translate(_FOLD)
         n = len(t)
@@ -476,7 +474,17 @@ def _grams(msg: Message) -> tuple[set[str], list[str]]:
                 grams.update(map(add, bigrams, t[2:]))
             grams.add(_START + bigrams[0])
             grams.add(bigrams[-1] + _END)
-            grams |= _word_grams(t)
+            _word_grams(t, grams)
         elif n == 1:
             singles.append(t)
     return grams, singles
+
+
+def _fields(msg: Message) -> list[str]:
+    """The indexed fields of `msg`: content, summary (when not empty), each tag."""
+    meta = msg.metadata
+    texts = [msg.content]
+    if meta.summary:
+        texts.append(meta.summary)
+    texts.extend(meta.tags)
+    return texts
