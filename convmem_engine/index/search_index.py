@@ -431,7 +431,7 @@ class SearchIndex:
             else:
                 grown = -nbytes(lane)
             lane.append(doc)
-            if len(lane) == BIG:
+            if len(lane) == BIG and type(lane) is array:
                 lane = self._lanes[imp] = pack(lane)
             grown += nbytes(lane)
         sess = self._sessions.get(msg.session_id)
