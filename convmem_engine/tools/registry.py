@@ -196,10 +196,11 @@ def _plainly_valid(spec: ToolSpec[Any], arguments: Mapping[str, Any]) -> dict[st
     one is given and each value passes its check with a kind whose check implies its schema
     fragment (`Kind.check_implies_schema`): then the schema would accept the call too. None
     otherwise, so that the schema's own messages come first, as they always have."""
-    if not all(name in spec.param_names for name in arguments):
+    if not spec.param_names.issuperset(arguments):
         return None
-    if not all(name in arguments for name in spec.required_names):
-        return None
+    for name in spec.required_names:
+        if name not in arguments:
+            return None
     checked: dict[str, Any] = {}
     try:
         for p in spec.params:
