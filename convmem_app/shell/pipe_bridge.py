@@ -497,11 +497,12 @@ class PipeBridge(QObject):
         self._sessions[cid] = session
         self._e_feed(cid, first)
 
-        def send_now(data: bytes) -> None:
+        def send_now(data: bytes) -> bool:
             transport = session.transport
             if session.gone or transport is None or transport.is_closing():
                 raise ConnectionResetError("the host's pipe is closed")
-            transport.write(data)
+            transport.write(data)  # (buffered by the transport if the socket is full)
+            return True
 
         def ready() -> bool:
             transport = session.transport

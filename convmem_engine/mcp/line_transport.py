@@ -39,9 +39,12 @@ serves on the loop ("One call alone") and nothing could tell the difference: its
 parked on `read_chunk` with no partial line, the reader has nothing else queued, nothing of the
 session is in flight, no answer is being written and the output takes the answer without
 waiting (`Lane.ready`). The answer is the same bytes, written through `Lane.send` (the
-transport's synchronous write). What it saves is the hand-over to the session's task: a future,
-a task step and a loop iteration (with its `epoll_wait`) per request. Anything else is refused
-(`offer` returns False) and goes the usual way, in order.
+transport's synchronous write; when that cannot take it at once, the session's answer task
+writes it, as for a call served in a thread). What it saves is the hand-over to the session's
+task: a future, a task step and a loop iteration (with its `epoll_wait`) per request. Other
+calls the fast path takes are started from the lane as `handle_line` starts them, and their
+answers are written through the lane when they come back, if it takes them at once. Anything
+else is refused (`offer` returns False) and goes the usual way, in order.
 """
 
 from __future__ import annotations
@@ -101,12 +104,14 @@ class Lane:
     module doc). The transport makes one per connection and passes it to `serve_chunks`; its
     reader calls `offer(data)` with bytes just read, when nothing it read before is still
     queued for `read_chunk`: True means they were served (never queue them), False that they
-    must be queued as usual. `ready()` says whether `send(data)` would write at once (no
-    waiting for the peer to read); `send` raises when the output is gone."""
+    must be queued as usual. `ready()` says whether the output can take an answer now (no
+    waiting for the peer to read); `send(data)` writes `data` whole and returns True, or
+    returns False without writing anything when it cannot do so at once; it raises when the
+    output is gone."""
 
     __slots__ = ("offer", "ready", "send")
 
-    def __init__(self, ready: Callable[[], bool], send: Callable[[bytes], None]) -> None:
+    def __init__(self, ready: Callable[[], bool], send: Callable[[bytes], bool]) -> None:
         self.ready = ready
         self.send = send
         self.offer: Callable[[bytes], bool] = _refuse  # the session's, while it runs
@@ -265,17 +270,20 @@ class _LineSession:
                 if self.scope is not None:
                     self.scope.cancel()
 
-    def write_now(self, lane: Lane, data: bytes) -> None:
-        """`write` on the lane: the caller saw the send lock free and `lane.ready()`."""
+    def write_now(self, lane: Lane, data: bytes) -> bool:
+        """`write` on the lane (the caller saw the send lock free): True when done with
+        `data` (written, or dropped because the session is broken), False when the lane
+        cannot write it at once (nothing written: the caller hands it to a task)."""
         if self.broken:
-            return
+            return True
         try:
-            lane.send(data)
+            return lane.send(data)
         except Exception as exc:  # the peer is gone: end the session
             logger.debug("session output closed: %s", type(exc).__name__)
             self.broken = True
             if self.scope is not None:
                 self.scope.cancel()
+            return True
 
     def _settle(self, request_id: str | int | None) -> None:
         if request_id is None:
@@ -400,8 +408,10 @@ class _LineSession:
             self.on_request(fast_call.METHOD, call.params)
         if alone:
             self.context.copy().run(fast.answer, call)  # the session's context, its own copy
-            self.write_now(lane, call.line)
-            self._settle(call.key)
+            if self.write_now(lane, call.line):
+                self._settle(call.key)
+            else:  # the output cannot take it at once: the answer task writes it
+                fast.answers.put_nowait(call)
         else:
             self.context.run(fast.start, call)  # (start copies the context for the call)
         return True
@@ -412,8 +422,7 @@ class _LineSession:
         lane = self.lane
         if lane is None or self.send_lock.locked() or not lane.ready():
             return False
-        self.write_now(lane, data)
-        return True
+        return self.write_now(lane, data)
 
     async def wait_for_room(self) -> None:
         """Block reading while `max_in_flight` requests are unanswered."""

@@ -72,6 +72,7 @@ from convmem_engine.runtime.loop_reader import READ_AHEAD_CHUNKS, READ_CHUNK_BYT
 if TYPE_CHECKING:
     import asyncio
 
+    from convmem_engine.mcp.line_transport import Lane
     from convmem_engine.tools import ToolRegistry
 
 logger = logging.getLogger(__name__)
@@ -865,6 +866,8 @@ class HandedStream:
         self._loop = loop
         self._loop_fd = loop_fd
         self._reader: LoopReader | None = None
+        self.lane: Lane | None = None
+        """Given to the `LoopReader` once the loop reads (see `LoopReader.lane`)."""
 
     def put(self, chunk: bytes, slotted: bool) -> None:
         self._queue.put_nowait((chunk, slotted))
@@ -880,6 +883,7 @@ class HandedStream:
         if chunk is _LOOP_READS:
             assert self._loop is not None and self._loop_fd is not None
             self._reader = LoopReader(self._loop, self._loop_fd)
+            self._reader.lane = self.lane
             return await self._reader.read()
         if slotted:
             self._slots.release()

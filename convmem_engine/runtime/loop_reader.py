@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     import asyncio
 
+    from convmem_engine.mcp.line_transport import Lane
+
 READ_CHUNK_BYTES: Final = 64 * 1024
 """As the line transport reads (`line_transport.READ_CHUNK_BYTES`)."""
 READ_AHEAD_CHUNKS: Final = 4
@@ -27,7 +29,13 @@ class LoopReader:
     The descriptor is put in non-blocking mode while the reader watches it (so a read can
     never hold up the loop) and given back its mode at end of input or `close()`. Where the
     loop cannot watch it (regular files, consoles, Windows: `usable`), a thread reads instead
-    (`StdioFront`'s, or the listener's `_StdinPump`)."""
+    (`StdioFront`'s, or the listener's `_StdinPump`).
+
+    `lane` (the session's, `line_transport.Lane`, when set): a chunk read while no other
+    waits to be taken is offered to the session first (`Lane.offer`); taken, it is not
+    queued."""
+
+    lane: Lane | None = None
 
     def __init__(self, loop: asyncio.AbstractEventLoop, fd: int) -> None:
         self._loop = loop
@@ -85,6 +93,9 @@ class LoopReader:
         except OSError:
             chunk = b""
         if chunk:
+            lane = self.lane
+            if lane is not None and not self._chunks and lane.offer(chunk):
+                return  # served by the session's lane (nothing read before it waits)
             self._chunks.append(chunk)
             if len(self._chunks) >= READ_AHEAD_CHUNKS:
                 self._unwatch()  # back-pressure: read again once the session has taken one

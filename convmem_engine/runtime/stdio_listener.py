@@ -13,6 +13,9 @@
 - An answer that fits in the pipe's free room (at most `PIPE_BUF` bytes, the pipe reporting
   room) is written on the loop; anything else from a worker thread, so a host that stops
   reading never stalls the loop.
+- Read on the loop with stdout a pipe, each chunk is offered to the session first
+  (`line_transport.Lane`): a write that comes alone is served and answered in the read's own
+  callback when its answer fits the pipe's room (else the session's answer task writes it).
 - The session ends at stdin EOF, after answering what was already asked (`finished` is set).
   `stop(grace)` stops reading and gives the requests already read `grace` seconds to finish and
   be answered; `stop(0)` ends the session at once.
@@ -104,6 +107,10 @@ class _PipeRoom:
         return any(mask == select.POLLOUT for _fd, mask in events)
 
 
+def _always() -> bool:
+    return True
+
+
 class _StdinPump:
     """A daemon thread feeding stdin chunks to the event loop, a few chunks ahead at most."""
 
@@ -172,6 +179,7 @@ class StdioListener:
     def start(self, runtime: Runtime) -> None:
         import anyio.to_thread  # imported here: the SDK loads it anyway, after the handshake
 
+        from convmem_engine.mcp.line_transport import Lane
         from convmem_engine.runtime.loop_reader import LoopReader
 
         self._run_sync = anyio.to_thread.run_sync
@@ -181,18 +189,26 @@ class StdioListener:
             self._task = asyncio.current_task()
             loop = asyncio.get_running_loop()
             send: Send = self._send
+            # stdin read on the loop offers each request to the session first, which answers
+            # a plain write at once when stdout has room for the answer (line_transport.Lane)
+            lane = None if self._room is None else Lane(_always, self._send_now)
             if self.front is not None:
-                self._pump = self.front.handover(loop)
+                stream = self.front.handover(loop)
+                stream.lane = lane
+                self._pump = stream
                 send = self.front.wrap_send(send)
             elif LoopReader.usable(loop, self.in_fd, (self.out_fd, 1, 2)):
-                self._pump = LoopReader(loop, self.in_fd)
+                reader = LoopReader(loop, self.in_fd)
+                reader.lane = lane
+                self._pump = reader
             else:
                 pump = _StdinPump(loop, self.in_fd)
                 pump.start()
                 self._pump = pump
+                lane = None  # (read by a thread: nothing offers)
             started.set()
             try:
-                await runtime.serve_session(self.transport, self._pump.read, send)
+                await runtime.serve_session(self.transport, self._pump.read, send, lane)
             except asyncio.CancelledError:
                 if not self._stopping:
                     raise
@@ -201,6 +217,13 @@ class StdioListener:
 
         runtime.loop.submit(run())
         started.wait()
+
+    def _send_now(self, data: bytes) -> bool:
+        """The lane's write: at once if the pipe has room for all of `data`, else False."""
+        if self._room is not None and self._room.fits(data):
+            _write_all(self.out_fd, data)
+            return True
+        return False
 
     async def _send(self, data: bytes) -> None:
         if self._room is not None and self._room.fits(data):

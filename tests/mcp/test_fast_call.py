@@ -230,12 +230,13 @@ def modern_script() -> list[Step]:
 
 
 async def run_script(
-    server: Any, steps: list[Step], inline: bool = False, lane: bool = False
+    server: Any, steps: list[Step], inline: bool = False, lane: str = ""
 ) -> list[bytes]:
     """Send each step once the answers to the ones before it are in; every answer line.
     `inline`: writes alone in the session may be served on the loop (as for a runtime's only
     client). `lane`: each step's bytes are offered to the session's lane first (as the pipe
-    bridge's reader does), and queued for `read_chunk` only when it refuses them."""
+    bridge's reader does), and queued for `read_chunk` only when it refuses them; "refusing":
+    the lane's output takes every other answer only (as a full stdout pipe would not)."""
     inbox: asyncio.Queue[bytes] = asyncio.Queue()
     out: list[bytes] = []
     answers: dict[Any, dict[str, Any]] = {}
@@ -244,14 +245,24 @@ async def run_script(
     async def read_chunk() -> bytes:
         return await inbox.get()
 
-    def send_now(data: bytes) -> None:
+    def record(data: bytes) -> None:
         out.append(data)
         answer = json.loads(data)
         answers[answer.get("id")] = answer
         arrived.set()
 
+    offered = 0
+
+    def send_now(data: bytes) -> bool:
+        nonlocal offered
+        offered += 1
+        if lane == "refusing" and offered % 2:
+            return False
+        record(data)
+        return True
+
     async def send(data: bytes) -> None:
-        send_now(data)
+        record(data)
 
     the_lane = Lane(lambda: True, send_now) if lane else None
 
@@ -337,7 +348,7 @@ def transcript(
     fast: bool,
     monkeypatch: pytest.MonkeyPatch,
     inline: bool = False,
-    lane: bool = False,
+    lane: str = "",
 ) -> list[str]:
     monkeypatch.setenv(fast_call.ENV_SWITCH, "1" if fast else "0")
     with MemoryService.open(tmp_path / name, clock=lambda: FIXED_MS) as service:
@@ -349,7 +360,7 @@ def transcript(
     return normalised(lines)
 
 
-@pytest.mark.parametrize("mode", ["threads", "inline", "lane"])
+@pytest.mark.parametrize("mode", ["threads", "inline", "lane", "refusing"])
 @pytest.mark.parametrize("era", ["legacy", "modern"])
 def test_fast_path_answers_byte_for_byte_what_the_sdk_answers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spy: list[str], era: str, mode: str
@@ -357,7 +368,7 @@ def test_fast_path_answers_byte_for_byte_what_the_sdk_answers(
     script = legacy_script() if era == "legacy" else modern_script()
     sdk = transcript(tmp_path, "sdk", script, False, monkeypatch)
     assert spy == []
-    inline, lane = mode != "threads", mode == "lane"
+    inline, lane = mode != "threads", mode if mode in ("lane", "refusing") else ""
     fast = transcript(tmp_path, "fast", script, True, monkeypatch, inline, lane)
     assert len(fast) == len(sdk)
     for ours, theirs in zip(fast, sdk, strict=True):
