@@ -200,6 +200,8 @@ def test_serve_starts_without_qt(frozen_dist: Path) -> None:
         }
         assert "pyi_rth_pyside6" not in scripts and "pyi_rth_multiprocessing" not in scripts
         assert "convmem_main" in scripts
+        # No archive, so Python's own path finder instead of PyInstaller's wrapper around it.
+        assert "pyi_rth_convmem_plain_finder" in scripts
         if name == "convmem-cli":
             assert "pyi_rth_inspect" not in scripts and "pyi_rth_pkgutil" not in scripts
     anyio = frozen_dist / "_internal" / "anyio"
