@@ -13,11 +13,15 @@ any module.
 def _plain_finder() -> None:
     import sys
 
-    import pyimod02_importers  # PyInstaller's bootstrap module: the finder and the archive
+    try:  # PyInstaller's bootstrap module (the finder and the archive): its internals, which
+        # another PyInstaller release may name otherwise; then its finder stays, as it works
+        import pyimod02_importers
 
-    if pyimod02_importers.pyz_archive.toc:
+        if pyimod02_importers.pyz_archive.toc:
+            return
+        hook = pyimod02_importers.PyiFrozenFinder.path_hook
+    except (ImportError, AttributeError):
         return
-    hook = pyimod02_importers.PyiFrozenFinder.path_hook
     sys.path_hooks[:] = [entry for entry in sys.path_hooks if entry != hook]
     for path, finder in list(sys.path_importer_cache.items()):
         if isinstance(finder, pyimod02_importers.PyiFrozenFinder):
