@@ -27,8 +27,9 @@ Usage: python bench/bench_mcp.py [--sizes 1000,100000,258145] [--million] [--wri
          [--no-index-wait] [--frozen DIST]
          (cold start only, on copies of ready-made stores: handshake, first reply, the
          server's CPU time at each (from /proc), first/later health, index ready, peak RSS;
-         with --frozen, each start from source is followed by one of DIST/convmem-cli serve,
-         a PyInstaller build of installer/convmem.spec, and the ratios are printed)
+         with --frozen, each start from source is paired with one of DIST/convmem-cli serve
+         (the two take turns at going first), a PyInstaller build of installer/convmem.spec,
+         and the ratios are printed)
        python bench/bench_mcp.py --app-only [--clients 1,8,16] [--per-client 200]
          [--profile-app DIR [--profile-gil]] [--tree NAME=DIR ... --rounds N] [--tray]
          [--tray-tree NAME ...]
@@ -430,8 +431,8 @@ def cold_stores(
 ) -> int:
     """Cold starts of `convmem serve` on copies of ready-made stores (their search.idx kept),
     `starts` each, interleaved with an empty store's so both see the same machine. With
-    `frozen` (a PyInstaller dist folder), each start from source is followed by one of its
-    `convmem-cli serve` on the same store."""
+    `frozen` (a PyInstaller dist folder), each start from source is paired with one of its
+    `convmem-cli serve` on the same store, the two taking turns at going first."""
     servers = {"": SOURCE_SERVE}
     if frozen:
         servers[" frozen"] = [str(Path(frozen) / "convmem-cli"), "serve"]
@@ -447,11 +448,13 @@ def cold_stores(
         runs: dict[str, list[dict[str, float]]] = {
             name + label: [] for name in copies for label in servers
         }
-        for _ in range(starts):
+        for i in range(starts):
             for name, data_dir in copies.items():
-                for label, serve in servers.items():
+                # source and frozen take turns at going first: neither always starts right
+                # after the other's exit
+                for label in list(servers)[:: 1 if i % 2 == 0 else -1]:
                     runs[name + label].append(
-                        cold_start(data_dir, wait_index=wait_index, serve=serve)
+                        cold_start(data_dir, wait_index=wait_index, serve=servers[label])
                     )
         print(
             f"{'store':>12} {'handshake':>9} {'(cpu)':>7} {'1st reply':>9} {'(cpu)':>7}"
