@@ -265,10 +265,7 @@ class _LineSession:
             try:
                 await self.send(data)
             except Exception as exc:  # the peer is gone: end the session
-                logger.debug("session output closed: %s", type(exc).__name__)
-                self.broken = True
-                if self.scope is not None:
-                    self.scope.cancel()
+                self._output_closed(exc)
 
     def write_now(self, lane: Lane, data: bytes) -> bool:
         """`write` on the lane (the caller saw the send lock free): True when done with
@@ -279,11 +276,14 @@ class _LineSession:
         try:
             return lane.send(data)
         except Exception as exc:  # the peer is gone: end the session
-            logger.debug("session output closed: %s", type(exc).__name__)
-            self.broken = True
-            if self.scope is not None:
-                self.scope.cancel()
+            self._output_closed(exc)
             return True
+
+    def _output_closed(self, exc: Exception) -> None:
+        logger.debug("session output closed: %s", type(exc).__name__)
+        self.broken = True
+        if self.scope is not None:
+            self.scope.cancel()
 
     def _settle(self, request_id: str | int | None) -> None:
         if request_id is None:
