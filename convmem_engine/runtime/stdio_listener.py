@@ -226,8 +226,7 @@ class StdioListener:
         return False
 
     async def _send(self, data: bytes) -> None:
-        if self._room is not None and self._room.fits(data):
-            _write_all(self.out_fd, data)  # cannot block: the pipe has room for all of it
+        if self._send_now(data):  # cannot block: the pipe had room for all of it
             return
         try:  # a blocked stdout must not stall the loop
             await self._run_sync(_write_all, self.out_fd, data, abandon_on_cancel=True)
