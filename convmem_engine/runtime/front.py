@@ -85,6 +85,7 @@ FIRST_LINE_BYTES: Final = 64 * 1024
 LINE_BYTES: Final = 256 * 1024
 """After the handshake: a request line longer than this ends the front's answering."""
 INTERNAL_ERROR: Final = -32603
+LOG_LEVEL_KEY: Final = "io.modelcontextprotocol/logLevel"
 ENV_SWITCH: Final = "CONVMEM_FRONT_CALLS"
 """`0` keeps the front to the handshake: every later request waits for the SDK."""
 AGENT_CONFIG: Final = "agent.yaml"
@@ -145,32 +146,53 @@ def _empty_object(value: object) -> bool:
     return isinstance(value, dict) and not value
 
 
+def _object_tree(value: object) -> bool:
+    """An object whose values are objects of the same kind, down to empty ones."""
+    return isinstance(value, dict) and all(_object_tree(item) for item in value.values())
+
+
+def _empty_objects(value: object) -> bool:
+    """An object whose values are all empty objects (`{}`, `{"a": {}}`)."""
+    return isinstance(value, dict) and all(map(_empty_object, value.values()))
+
+
 def _known_capabilities(value: object, *, modern: bool) -> bool:
-    """Client capabilities in the shapes hosts send, each of which the SDK accepts (the tests
-    check every one): roots ({} or listChanged), sampling and elicitation ({} or their empty
-    sub-capabilities), and on 2026-07-28 extensions with empty settings."""
+    """Client capabilities in the shapes hosts send, each of which the SDK accepts and answers
+    as it answers none (the tests check every one against the live SDK):
+
+    - roots: `{}` or `{"listChanged": <bool>}`;
+    - sampling and elicitation: `{}` or their empty sub-capabilities;
+    - tasks (2025-11-25): objects down to empty ones (`{"list": {}, "requests": {...}}`);
+    - experimental: any object per name;
+    - extensions: empty settings per extension (the MCP Inspector sends its tasks and skills
+      extensions in both eras).
+
+    Anything else (a flag that is not a boolean, a setting the SDK may check or answer by) is
+    left to the SDK."""
     if not isinstance(value, dict):
         return False
     for key, item in value.items():
         if not isinstance(item, dict):
             return False
         if key == "roots":
-            if modern and item:
-                return False
             if not item.keys() <= {"listChanged"} or not all(
                 isinstance(flag, bool) for flag in item.values()
             ):
                 return False
         elif key == "sampling":
-            if not item.keys() <= {"context", "tools"}:
-                return False
-            if not all(map(_empty_object, item.values())):
+            if not item.keys() <= {"context", "tools"} or not _empty_objects(item):
                 return False
         elif key == "elicitation":
-            if not item.keys() <= {"form", "url"} or not all(map(_empty_object, item.values())):
+            if not item.keys() <= {"form", "url"} or not _empty_objects(item):
                 return False
-        elif key == "extensions" and modern:
-            if not all(isinstance(k, str) and _empty_object(v) for k, v in item.items()):
+        elif key == "tasks":
+            if modern or not _object_tree(item):
+                return False
+        elif key == "experimental":
+            if not all(isinstance(settings, dict) for settings in item.values()):
+                return False
+        elif key == "extensions":
+            if not all(isinstance(name, str) for name in item) or not _empty_objects(item):
                 return False
         else:
             return False
@@ -196,15 +218,22 @@ def _initialize_answer(params: object) -> tuple[bytes, str] | None:
     return answers.INITIALIZE[version], version
 
 
-def _envelope_version(meta: object) -> str | None:
+LOG_LEVELS: Final = frozenset(
+    {"debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"}
+)
+"""The values of the 2026-07-28 `logLevel` request key (RFC 5424's names, as in the schema)."""
+
+
+def _envelope_version(meta: object, *, request: bool = False) -> str | None:
     """The protocol version of a 2026-07-28 `_meta` envelope in a shape the SDK is known to
-    accept (the version, the client capabilities, optionally the client info); else None."""
+    accept (the version, the client capabilities, optionally the client info, and on a
+    request after the handshake the log level the client asks of this request, which the
+    memory tools never log at); else None."""
     version_key, info_key, capabilities_key = answers.ENVELOPE_KEYS
-    if not isinstance(meta, dict) or not {version_key, capabilities_key} <= meta.keys() <= {
-        version_key,
-        info_key,
-        capabilities_key,
-    }:
+    if not isinstance(meta, dict) or not {version_key, capabilities_key} <= meta.keys():
+        return None
+    extra = meta.keys() - {version_key, info_key, capabilities_key}
+    if extra and (not request or extra != {LOG_LEVEL_KEY} or meta[LOG_LEVEL_KEY] not in LOG_LEVELS):
         return None
     version = meta[version_key]
     if not isinstance(version, str) or version not in answers.DISCOVER:
@@ -246,10 +275,12 @@ def handshake_for(line: bytes) -> Handshake | None:
     if line.startswith(_BOM) or not line.startswith(b"{") or b"\\" in line:
         return None  # escapes may be read differently by the SDK's parser: leave them to it
     try:
-        value = json.loads(line.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
+        value = json.loads(line.decode("utf-8"), parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):  # (UnicodeDecodeError is a ValueError)
         return None
     if not isinstance(value, dict) or value.keys() != {"jsonrpc", "id", "method", "params"}:
+        return None
+    if not _plain_value(value):  # (experimental capabilities may hold any JSON)
         return None
     if value["jsonrpc"] != "2.0":
         return None
@@ -385,7 +416,7 @@ def plan_for(line: bytes, era: str, version: str) -> Plan:
         return TO_SDK
     rest: dict[str, Any] = dict(params or {})
     if era == "modern":
-        version = _envelope_version(rest.pop("_meta", None)) or ""
+        version = _envelope_version(rest.pop("_meta", None), request=True) or ""
         if not version:
             return TO_SDK
     elif "_meta" in rest:

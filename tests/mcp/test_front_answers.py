@@ -32,7 +32,7 @@ from mcp_helpers import ERAS, child_env, serve_args
 from test_fast_call import normalised
 from test_mcp_serve_front import CAPABILITIES_KEY, INFO_KEY, VERSION_KEY, discover, initialize
 
-from convmem_engine.runtime.front import ENV_SWITCH, _json_text, answer_for
+from convmem_engine.runtime.front import ENV_SWITCH, LOG_LEVEL_KEY, _json_text, answer_for
 from convmem_engine.service import MemoryService
 from convmem_engine.storage import Store
 from convmem_engine.tools import ToolRegistry
@@ -87,6 +87,14 @@ def scripts(modern: bool, ids: list[str]) -> tuple[list[Step], list[Step]]:
     first, second, third = ids
     write = {"session_id": "s", "role": "user", "content": "héllo wörld ✓ \U0001f600"}
     metadata = json.dumps({"tags": ["a", "b"], "importance": 5, "summary": "ß"})
+    # 2026-07-28: a log level for the request in the envelope (the MCP Inspector sends one)
+    leveled = {"_meta": {**MODERN_META, LOG_LEVEL_KEY: "debug"}}
+    search = {"name": "search_messages", "arguments": {"query": "needle"}}
+    logged: list[Step] = [
+        (rpc("inspector-ext-1", "tools/list", leveled), 1),
+        (rpc(39, "tools/call", search | leveled), 1),
+        (rpc(40, "tools/call", {"name": "write_message", "arguments": write} | leveled), 1),
+    ]
     front: list[Step] = [
         *([] if modern else [(INITIALIZED, 0)]),
         (rpc("l-1", "tools/list", s.params()), 1),
@@ -143,8 +151,11 @@ def scripts(modern: bool, ids: list[str]) -> tuple[list[Step], list[Step]]:
         (cancel(999).encode() + b"\n" + rpc(48, "ping", s.params()), 1),
         (c(10, "read_messages", {"view": "sessions"}), 1),  # an id seen before
         (c(49, "read_messages", {"view": "sessions"}), 1),
+        *(logged if modern else []),
     ]
+    badly_leveled = {"_meta": {**MODERN_META, LOG_LEVEL_KEY: "verbose"}}
     sdk_only: list[Step] = [
+        *([(rpc(41, "tools/list", badly_leveled), 1)] if modern else []),
         (c(50, "no_such_tool", {}), 1),
         (c(51, "write_message", [1, 2]), 1),
         (rpc(52, "tools/call", s.params({"name": 5, "arguments": {}})), 1),
@@ -285,7 +296,8 @@ def test_the_front_answers_byte_for_byte_what_the_sdk_answers(tmp_path: Path, er
         assert contents.count("after the hand-over") == 1
         assert contents.count("x" * 5000) == 1
         assert contents.count("needle in a haystack") == 1
-        assert len(contents) == 3 - 1 + 6 + 1, contents
+        writes = 6 if era == "handshake" else 7  # (2026-07-28: the write with a log level)
+        assert len(contents) == 3 - 1 + writes + 1, contents
 
 
 def test_the_json_text_of_a_result_is_the_sdk_serialisers_for_every_code_point() -> None:

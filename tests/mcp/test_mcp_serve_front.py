@@ -63,12 +63,14 @@ def discover(
     capabilities: object = None,
     info: object = None,
     drop: str = "",
+    extra_meta: dict[str, Any] | None = None,
     **extra: object,
 ) -> bytes:
     meta: dict[str, Any] = {
         VERSION_KEY: version,
         INFO_KEY: {"name": "host", "version": "1"} if info is None else info,
         CAPABILITIES_KEY: {} if capabilities is None else capabilities,
+        **(extra_meta or {}),
     }
     meta.pop(drop, None)
     body = {
@@ -78,6 +80,28 @@ def discover(
         "params": {"_meta": meta, **extra},
     }
     return line(body)
+
+
+INSPECTOR_INITIALIZE = (
+    b'{"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"roots":'
+    b'{"listChanged":true},"extensions":{"io.modelcontextprotocol/tasks":{},"io.modelcontextp'
+    b'rotocol/skills":{}}},"clientInfo":{"name":"inspector-cli","version":"2.12.0"}},"jsonrpc"'
+    b':"2.0","id":0}'
+)
+INSPECTOR_DISCOVER = (
+    b'{"jsonrpc":"2.0","id":"server-discover-probe-1","method":"server/discover","params":{"_m'
+    b'eta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/c'
+    b'lientInfo":{"name":"inspector-cli","version":"2.12.0"},"io.modelcontextprotocol/clientC'
+    b'apabilities":{"roots":{"listChanged":true},"extensions":{"io.modelcontextprotocol/tasks'
+    b'":{},"io.modelcontextprotocol/skills":{}}}}}}'
+)
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
 
 
 # The shapes the front answers itself: each must be byte-identical to the live SDK's answer.
@@ -104,6 +128,26 @@ ANSWERED = [
     discover(capabilities={"roots": {}, "sampling": {}, "elicitation": {"form": {}}}),
     discover(drop=INFO_KEY),
     discover(info={"name": "host", "version": "2", "title": "Host"}),
+    # the MCP Inspector 2.12 (TypeScript SDK), as it writes them: its key order, its roots,
+    # tasks and skills extensions in both eras
+    INSPECTOR_INITIALIZE,
+    INSPECTOR_DISCOVER,
+    initialize(capabilities={"extensions": {"io.modelcontextprotocol/tasks": {}}}),
+    initialize(capabilities={"tasks": {}}),
+    initialize(
+        capabilities={
+            "tasks": {
+                "list": {},
+                "cancel": {},
+                "requests": {"sampling": {"createMessage": {}}, "elicitation": {"create": {}}},
+            }
+        }
+    ),
+    initialize(capabilities={"experimental": {"x": {}}}),
+    initialize(capabilities={"experimental": {"x": {"on": True, "n": [1, "b", None]}}}),
+    initialize(capabilities={"roots": {"listChanged": False}, "experimental": {}}),
+    discover(capabilities={"roots": {"listChanged": True}}),
+    discover(capabilities={"roots": {"listChanged": False}, "experimental": {"x": {}}}),
 ]
 
 # Shapes the front must leave to the SDK (it answers nothing for them).
@@ -119,10 +163,17 @@ LEFT_TO_THE_SDK = [
     initialize(info={"name": "host", "version": 1}),
     initialize(info={"name": "host", "version": "1", "websiteUrl": "https://x"}),
     initialize(capabilities="all"),
-    initialize(capabilities={"experimental": {"x": {}}}),
     initialize(capabilities={"roots": {"listChanged": "yes"}}),
+    initialize(capabilities={"roots": {"listChanged": True, "x": 1}}),
     initialize(capabilities={"sampling": {"context": {"x": 1}}}),
-    initialize(capabilities={"tasks": {}}),
+    initialize(capabilities={"sampling": {"x": {}}}),
+    initialize(capabilities={"elicitation": {"form": {"applyDefaults": True}}}),
+    initialize(capabilities={"tasks": {"list": 1}}),  # the SDK refuses it
+    initialize(capabilities={"experimental": {"x": 1}}),  # the SDK refuses it
+    initialize(capabilities={"experimental": {"x": {"n": float("nan")}}}),  # NaN: not JSON
+    initialize(capabilities={"experimental": {"x": _nested(70)}}),  # deeper than the front reads
+    initialize(capabilities={"extensions": {"x": {"setting": 1}}}),
+    initialize(capabilities={"unknown": {}}),
     initialize(_meta={"progressToken": 1}),
     initialize(info={"name": "tab\there", "version": "1"}),  # an escape in the line
     b'{"jsonrpc":"2.0","id":1,"method":"initialize"}',
@@ -139,9 +190,11 @@ LEFT_TO_THE_SDK = [
     discover(drop=CAPABILITIES_KEY),
     discover(drop=VERSION_KEY),
     discover(info={"name": "host"}),
-    discover(capabilities={"roots": {"listChanged": True}}),
+    discover(capabilities={"roots": {"listChanged": 1}}),
+    discover(capabilities={"tasks": {}}),  # an extension in 2026-07-28, not a capability
     discover(capabilities={"extensions": {"x": {"setting": 1}}}),
     discover(cursor="abc"),
+    discover(extra_meta={"io.modelcontextprotocol/logLevel": "debug"}),  # (requests only)
 ]
 
 
