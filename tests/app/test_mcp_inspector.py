@@ -7,9 +7,11 @@ a process answers: on `convmem serve` the standard-library front answers it (`ru
 while the store opens, and in the app the pipe's lane and the tools/call fast path do. The same
 requests go to `convmem serve` with both turned off (`CONVMEM_FRONT_CALLS=0`,
 `CONVMEM_MCP_FAST_PATH=0`: the SDK answers everything), and the Inspector's outputs must be the
-same once the new message's id and times are named by order of appearance. Both protocol eras
-(`--protocol-era legacy`: initialize; `modern`: 2026-07-28's server/discover), and `--strict`:
-the tool schemas have no portability problem the Inspector knows of.
+same once the new message's id and times are named by order of appearance. So must the app's
+through `convmem-shim`, and `convmem serve --http`'s with the bearer token (without it the
+Inspector is refused). Both protocol eras (`--protocol-era legacy`: initialize; `modern`:
+2026-07-28's server/discover), and `--strict`: the tool schemas have no portability problem the
+Inspector knows of.
 
 Slow (`-m slow`): the first run installs Node 22 and the Inspector from the npm registry into a
 cache folder (~25 s); skipped when npm is not installed.
@@ -22,13 +24,17 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from app_helpers import ROOT, RunningApp, shim_args
+from app_helpers import ROOT, RunningApp, child_env, shim_args
 
 pytestmark = [pytest.mark.slow, pytest.mark.posix]
 
@@ -99,7 +105,9 @@ def run_inspector(
     command = [str(bin_dir / "mcp-inspector"), "--cli", "--protocol-era", era, "--format", "json"]
     for key, value in env.items():
         command += ["-e", f"{key}={value}"]
-    command += [*args, "--", *server]  # after "--": the server's own options stay its own
+    command += args
+    if server:
+        command += ["--", *server]  # after "--": the server's own options stay its own
     # The Inspector keeps a catalog and a client config under HOME: a fresh one per test.
     outer = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "HOME": str(home)}
     done = subprocess.run(command, capture_output=True, timeout=120, env=outer, cwd=ROOT)
@@ -131,12 +139,20 @@ def server_env(**extra: str) -> dict[str, str]:
 
 
 def session(
-    folder: Path, era: str, server: list[str], env: dict[str, str], home: Path
+    folder: Path,
+    era: str,
+    server: list[str],
+    env: dict[str, str],
+    home: Path,
+    extra: list[str] | None = None,
 ) -> dict[str, tuple[int, Any]]:
-    """Every step of `STEPS` in order, each in a run of its own: {name: (status, output)}."""
+    """Every step of `STEPS` in order, each in a run of its own: {name: (status, output)}.
+    `extra`: more Inspector options (an HTTP server's URL and header; `server` then empty)."""
     outputs: dict[str, tuple[int, Any]] = {}
     for name, args in STEPS:
-        status, output, stderr = run_inspector(folder, era, server, args, env, home)
+        status, output, stderr = run_inspector(
+            folder, era, server, [*args, *(extra or [])], env, home
+        )
         if name == "list":
             # --strict: exit 6 and the problems on stderr for any error-severity one.
             assert status == 0, stderr
@@ -220,6 +236,19 @@ def check_session(outputs: dict[str, tuple[int, Any]]) -> None:
     assert output["inspector_error"]["code"] == "tool_not_found"
 
 
+def assert_same_but_health_figures(
+    long_lived: dict[str, tuple[int, Any]], sdk: dict[str, tuple[int, Any]]
+) -> None:
+    """Health describes the store's files and counters: a server that stays up between the
+    runs (the app, HTTP) has its store open throughout (no snapshot at each exit, its own
+    sequence), so its health is compared by fields, not figures; everything else exactly."""
+    ours, theirs = text_of(long_lived, "health"), text_of(sdk, "health")
+    assert ours.keys() == theirs.keys()
+    assert ours["memory_estimate"].keys() == theirs["memory_estimate"].keys()
+    rest = {name: found for name, found in long_lived.items() if name != "health"}
+    assert normalised(rest) == normalised({k: v for k, v in sdk.items() if k != "health"})
+
+
 @pytest.mark.parametrize("era", ["legacy", "modern"])
 def test_serve_answers_the_inspector_as_the_sdk_does(
     inspector: Path, era: str, tmp_path: Path
@@ -245,10 +274,58 @@ def test_app_through_the_shim_answers_the_inspector_as_the_sdk_does(
     through_app = session(inspector, era, shim, env, tmp_path)
     sdk = session(inspector, era, serve_command(tmp_path / "sdk"), server_env(**SDK_ONLY), tmp_path)
     check_session(through_app)
-    # Health describes the store's files and counters: the app's store stays open between the
-    # runs (no snapshot at each exit, its own sequence), so compare its fields, not its figures.
-    app_health, sdk_health = text_of(through_app, "health"), text_of(sdk, "health")
-    assert app_health.keys() == sdk_health.keys()
-    assert app_health["memory_estimate"].keys() == sdk_health["memory_estimate"].keys()
-    del through_app["health"], sdk["health"]
-    assert normalised(through_app) == normalised(sdk)
+    assert_same_but_health_figures(through_app, sdk)
+
+
+@contextmanager
+def served_http(data_dir: Path, log: Path, token: str) -> Iterator[str]:
+    """`convmem serve --http --no-stdio` on a free loopback port; its URL."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    serve = [sys.executable, "-m", "convmem_app", "serve", "--data-dir", str(data_dir)]
+    with log.open("ab") as err:
+        process = subprocess.Popen(
+            [*serve, "--http", "--no-stdio", "--port", str(port)],
+            stdin=subprocess.DEVNULL,
+            stdout=err,
+            stderr=err,
+            env=child_env() | {"CONVMEM_HTTP_TOKEN": token},
+            cwd=ROOT,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "MCP over HTTP at" not in log.read_text():  # said once it serves
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(60)
+
+
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+def test_http_answers_the_inspector_as_stdio_does_and_refuses_it_without_the_token(
+    inspector: Path, era: str, tmp_path: Path
+) -> None:
+    token = "inspector-" + "t" * 40
+    with served_http(tmp_path / "http", tmp_path / "http.log", token) as url:
+        http = ["--transport", "http", "--server-url", url]
+        bearer = ["--header", f"Authorization: Bearer {token}"]
+        over_http = session(inspector, era, [], {}, tmp_path, extra=[*http, *bearer])
+        # Without the token: refused (401), and the Inspector, finding no stored login and
+        # told not to start one, reports that it needs authorisation; nothing is written.
+        status, output, stderr = run_inspector(
+            inspector,
+            era,
+            [],
+            [*call("write_message", WRITE), *http, "--stored-auth-only"],
+            {},
+            tmp_path,
+        )
+        assert status != 0
+        assert output["inspector_error"]["code"] == "auth_required", stderr
+    sdk = session(inspector, era, serve_command(tmp_path / "sdk"), server_env(**SDK_ONLY), tmp_path)
+    check_session(over_http)
+    assert_same_but_health_figures(over_http, sdk)
+    assert "over http" not in (tmp_path / "http.log").read_text()  # (no content is logged)
