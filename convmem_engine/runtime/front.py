@@ -139,7 +139,7 @@ def _is_str_map(value: object, required: frozenset[str], optional: frozenset[str
 
 
 _IMPLEMENTATION_REQUIRED: Final = frozenset({"name", "version"})
-_IMPLEMENTATION_OPTIONAL: Final = frozenset({"title", "description"})
+_IMPLEMENTATION_OPTIONAL: Final = frozenset({"title", "description", "websiteUrl"})
 
 
 def _empty_object(value: object) -> bool:
