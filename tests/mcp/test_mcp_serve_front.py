@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -222,6 +223,93 @@ def test_the_front_answers_exactly_what_the_live_sdk_answers() -> None:
     # the SDK does answer most of what the front leaves (errors, or results the front does not
     # know byte for byte); the front only ever answers first lines it is sure about
     assert sum(answer is not None for answer in sdk[len(ANSWERED) :]) > len(LEFT_TO_THE_SDK) // 2
+
+
+def _random_json(rng: random.Random, depth: int = 0) -> Any:
+    pick = rng.randrange(8 if depth < 3 else 5)
+    if pick < 5:
+        return [True, 1, "s", None, [1, "a"]][pick]
+    if pick == 5:
+        return {}
+    return {rng.choice("abc"): _random_json(rng, depth + 1) for _ in range(rng.randrange(1, 3))}
+
+
+def _random_tree(rng: random.Random, depth: int = 0) -> dict[str, Any]:
+    """Objects down to empty ones, now and then a leaf that is not an object."""
+    if depth >= 3 or rng.random() < 0.4:
+        return {}
+    keys = rng.sample(["list", "cancel", "requests", "sampling", "x"], rng.randrange(1, 3))
+    return {k: _random_tree(rng, depth + 1) if rng.random() < 0.9 else 1 for k in keys}
+
+
+_ROOTS = [{}, {"listChanged": True}, {"listChanged": False}, {"listChanged": 1}, {"x": {}}]
+_SAMPLING = [
+    {},
+    {"context": {}},
+    {"tools": {}},
+    {"context": {}, "tools": {}},
+    {"context": {"x": 1}},
+]
+_ELICITATION = [{}, {"form": {}}, {"url": {}}, {"form": {}, "url": {}}, {"form": {"x": True}}]
+_EXTENSIONS = ["io.modelcontextprotocol/tasks", "io.example/skills"]
+
+
+def _random_capabilities(rng: random.Random) -> dict[str, Any]:
+    choices: dict[str, Any] = {
+        "roots": lambda: rng.choice(_ROOTS),
+        "sampling": lambda: rng.choice(_SAMPLING),
+        "elicitation": lambda: rng.choice(_ELICITATION),
+        "tasks": lambda: _random_tree(rng),
+        "experimental": lambda: {
+            rng.choice(["x", "y"]): _random_json(rng) for _ in range(rng.randrange(0, 3))
+        },
+        "extensions": lambda: {
+            name: rng.choice([{}, {}, {"setting": 1}])
+            for name in rng.sample(_EXTENSIONS, rng.randrange(0, 3))
+        },
+        "other": lambda: {},
+    }
+    keys = [key for key in choices if rng.random() < (0.05 if key == "other" else 0.35)]
+    return {key: choices[key]() for key in keys}
+
+
+def _random_info(rng: random.Random) -> dict[str, Any]:
+    info: dict[str, Any] = {"name": rng.choice(["host", "Claude", "é"]), "version": "1.2"}
+    for key, value in (
+        ("title", "T"),
+        ("description", "d"),
+        ("websiteUrl", rng.choice(["https://example.com", "not a url"])),
+        ("icons", [{"src": "https://example.com/i.png"}]),
+        ("other", "x"),
+    ):
+        if rng.random() < 0.15:
+            info[key] = value
+    return info
+
+
+def test_random_handshakes_the_front_answers_are_the_live_sdks() -> None:
+    """400 handshakes drawn from the capability and client-info shapes hosts send, valid and
+    not: every one the front answers, it answers with the live SDK's bytes."""
+    rng = random.Random(13)
+    lines = []
+    for _ in range(400):
+        request_id: object = rng.choice([0, 7, "p-1", "server-discover-probe-1"])
+        if rng.random() < 0.5:
+            version = rng.choice([*handshake_answers.INITIALIZE, "1999-01-01"])
+            caps, info = _random_capabilities(rng), _random_info(rng)
+            lines.append(initialize(request_id, version, capabilities=caps, info=info))
+        else:
+            version = rng.choice(list(handshake_answers.DISCOVER))
+            caps, info = _random_capabilities(rng), _random_info(rng)
+            lines.append(discover(request_id, version, capabilities=caps, info=info))
+    sdk = sdk_first_answers(lines)
+    answered = 0
+    for request, expected in zip(lines, sdk, strict=True):
+        found = answer_for(request)
+        if found is not None:
+            answered += 1
+            assert found[1] == expected, request
+    assert 80 < answered < 320, answered  # both kinds drawn often (108 answered)
 
 
 # ---- a real `convmem serve` whose open is held back ----------------------------------------
