@@ -30,12 +30,6 @@ _REPARSE_POINT = getattr(stat, "FILE_ATTRIBUTE_REPARSE_POINT", 0x400)
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 
-POSITIONED_WRITES = hasattr(os, "pwrite")
-"""POSIX: the log's descriptor writes at its position (not O_APPEND), so the store can keep
-zeros written ahead of its last record (`zero_fill`, store.py's LOG_AHEAD). Windows: O_APPEND."""
-_DATA_SYNC = getattr(os, "fdatasync", os.fsync)
-_ZEROS = bytes(64 * 1024)
-
 
 def _refuse_link(path: str) -> None:
     """Where the OS cannot refuse a link in open() itself (Windows), refuse it here."""
@@ -142,20 +136,10 @@ class FileSystem:
 
     def open_append(self, path: str) -> int:
         """Open (creating if missing) for appending; the descriptor is positioned at the end.
-        A symlink at `path` is refused (ELOOP), never followed. Where `POSITIONED_WRITES`
-        (POSIX), writes go where the descriptor is (`seek` moves it), not always to the end:
-        the store writes its records over zeros it wrote ahead (`zero_fill`)."""
+        A symlink at `path` is refused (ELOOP), never followed."""
         _refuse_link(path)
-        if not POSITIONED_WRITES:
-            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW | _BINARY | _NOINHERIT
-            return os.open(path, flags, FILE_MODE)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | _NOFOLLOW | _BINARY | _NOINHERIT, FILE_MODE)
-        try:
-            os.lseek(fd, 0, os.SEEK_END)
-        except OSError:
-            os.close(fd)
-            raise
-        return fd
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW | _BINARY | _NOINHERIT
+        return os.open(path, flags, FILE_MODE)
 
     def open_new(self, path: str) -> int:
         """Create a new file for writing (temporary files only), user-only. Whatever is at
@@ -214,26 +198,10 @@ class FileSystem:
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             view = view[n:]
 
-    def zero_fill(self, fd: int, offset: int, size: int) -> None:
-        """Write `size` zero bytes at `offset` without moving the descriptor's position
-        (`POSITIONED_WRITES` only): room written ahead of the log's end, so that the writes and
-        syncs of records into it change no file size. Not in the write counters: they count
-        the bytes of the store's records, each of which is later written over these zeros
-        (and the zeros left are cut off at close)."""
-        end = offset + size
-        while offset < end:
-            written = os.pwrite(fd, _ZEROS[: min(len(_ZEROS), end - offset)], offset)
-            if written <= 0:
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            offset += written
-
     def fsync(self, fd: int) -> None:
-        """Make the file's data durable, with what is needed to read it back (its size, its
-        blocks): fdatasync where the OS has it (a change of the modification time alone is
-        not written out), else fsync."""
         with self._counter_lock:
             self._flush_calls += 1
-        _DATA_SYNC(fd)
+        os.fsync(fd)
 
     def truncate(self, fd: int, size: int) -> None:
         with self._counter_lock:

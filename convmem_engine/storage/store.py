@@ -34,7 +34,7 @@ from convmem_engine.domain.message import DEFAULT_METADATA, Message
 from convmem_engine.storage import derived
 from convmem_engine.storage import snapshot as snap
 from convmem_engine.storage.codec import decode_message, encode_message
-from convmem_engine.storage.fs import POSITIONED_WRITES, FileSystem, IOCounters
+from convmem_engine.storage.fs import FileSystem, IOCounters
 from convmem_engine.storage.legacy import decode_message_v2
 from convmem_engine.storage.lock import DataDirLock
 from convmem_engine.storage.log_file import LogScanner
@@ -56,14 +56,6 @@ from convmem_engine.storage.record import (
 )
 
 LOG_NAME: Final = "active.log"
-LOG_AHEAD: Final = 64 * 1024
-"""Bytes of zeros the store keeps written after the log's last record while it is open, where
-`fs.POSITIONED_WRITES` (POSIX): a record is written over them, so appending and syncing it
-changes neither the file's size nor its blocks, and the sync (fdatasync) writes the record's
-data alone, not the file's inode as well (one disk write and one wait fewer per sync; the
-inode is written again only when the zeros run out, once per ~64 KiB of records). A crash
-leaves them as a zero-filled tail, which opening cuts off (`LogScanner`: an incomplete tail);
-`close` cuts them off itself."""
 SNAPSHOT_NAME: Final = "snapshot.bin"
 TMP_SUFFIX: Final = ".tmp"
 _WRITE_BATCH: Final = 1 << 20
@@ -191,9 +183,6 @@ class Store:
         # when it failed, the store is failed; else it is still running
         self._inflight_target = 0
         self._max_leaders = 1
-        # The log file's size as this store made it: its records (up to `_log.end`) and the
-        # zeros written ahead of them (LOG_AHEAD).
-        self._allocated = 0
 
     # -- opening --------------------------------------------------------------------------
 
@@ -274,8 +263,6 @@ class Store:
             self._fd = fs.open_append(self._log_path)
             if self._recovered_tail:
                 fs.truncate(self._fd, self._log.end)
-                fs.seek(self._fd, self._log.end)
-            self._allocated = self._log.end
             # What we replayed may still be only in the page cache (a killed writer's last,
             # unacknowledged records): make it durable before anything builds on it.
             fs.fsync(self._fd)
@@ -535,8 +522,6 @@ class Store:
         st = self._log
         seq = st.last_seq + 1
         rec = encode_record(rtype, seq, payload)
-        if st.end + len(rec) > self._allocated and POSITIONED_WRITES:
-            self._write_ahead(st.end + len(rec))
         try:
             self._fs.write_all(self._fd, rec)
         except OSError as e:
@@ -548,23 +533,10 @@ class Store:
         st.records += 1
         return seq
 
-    def _write_ahead(self, end: int) -> None:
-        """Zeros from the end of the file to LOG_AHEAD bytes past `end` (the end of the
-        record about to be appended). When they cannot be written (a nearly full disk), the
-        record is appended as it would be without them (and the next append tries again,
-        from the end of the records)."""
-        start = max(self._allocated, self._log.end)
-        size = end + LOG_AHEAD
-        with contextlib.suppress(OSError):
-            self._fs.zero_fill(self._fd, start, size - start)
-            self._allocated = size
-
     def _undo_append(self, end: int, why: str) -> StoreIOError:
         """Cut a failed append off the log; the error to raise (the store fails if we can't)."""
         try:
             self._fs.truncate(self._fd, end)
-            self._fs.seek(self._fd, end)  # (no O_APPEND: the next record is written there)
-            self._allocated = end
         except OSError as e:
             why += f"; cannot truncate the failed write back to offset {end}: {e.strerror or e}"
             self._fail(why)
@@ -847,14 +819,6 @@ class Store:
         except OSError as e:
             self._fd = -1
             self._fail(f"{LOG_NAME}: cannot reopen for appending: {e.strerror or e}")
-            return
-        try:
-            # at the end of the records, before any zeros written ahead of them (the old log,
-            # when a compaction could not replace it)
-            self._fs.seek(self._fd, self._log.end)
-            self._allocated = max(self._log.end, self._fs.size(self._fd))
-        except OSError as e:
-            self._fail(f"{LOG_NAME}: cannot reopen for appending: {e.strerror or e}")
 
     def _write_compacted_log(self, path: str, new: _LogState) -> None:
         fs = self._fs
@@ -961,15 +925,9 @@ class Store:
                 problems.append(str(e))
                 return problems
             res = scanner.result
-            # zeros this store wrote ahead of its last record (LOG_AHEAD) are no damage
-            ahead = (
-                res.incomplete_tail
-                and res.end == self._log.end
-                and _zeros_only(fs, rfd, res.end, res.file_size)
-            )
         finally:
             fs.close(rfd)
-        if res.incomplete_tail and not ahead:
+        if res.incomplete_tail:
             problems.append(f"{LOG_NAME}: incomplete record at offset {res.end}")
         mine, theirs = self._log, disk._log
         for name, a, b in (
@@ -1104,10 +1062,6 @@ class Store:
                         # An optimisation only: the log is complete without it.
                         with contextlib.suppress(StoreIOError):
                             self._write_snapshot()
-                    # the zeros written ahead (LOG_AHEAD); else the next open cuts them
-                    with contextlib.suppress(OSError):
-                        if POSITIONED_WRITES and self._fs.size(self._fd) > st.end:
-                            self._fs.truncate(self._fd, st.end)
             finally:
                 self._drain_syncs()
                 self._abandon()
@@ -1134,18 +1088,6 @@ def _log_prefix_crc(fs: FileSystem, path: str, length: int) -> int:
     finally:
         with contextlib.suppress(OSError):  # read only: nothing to lose
             fs.close(fd)
-
-
-def _zeros_only(fs: FileSystem, fd: int, start: int, end: int) -> bool:
-    """Whether the bytes [start, end) of the file are all zeros."""
-    fs.seek(fd, start)
-    left = end - start
-    while left > 0:
-        chunk = fs.read(fd, min(left, 1 << 20))
-        if not chunk or chunk.strip(b"\0"):
-            return False
-        left -= len(chunk)
-    return True
 
 
 def _prefix_crc(fs: FileSystem, fd: int, length: int) -> int:

@@ -53,11 +53,6 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Messa
         s.delete(msgs[2].message_id)
         state = list(s.messages.values())
         s._abandon()  # no snapshot at close: recovery has a tail to replay
-    # the log as the killed process left it, less the zeros its store wrote ahead of the
-    # records (store.LOG_AHEAD; opening cuts them: test_storage_recovery), so that each
-    # test here sees the steps of its own operation
-    log = d / "active.log"
-    log.write_bytes(log.read_bytes().rstrip(b"\0"))
     return d, state
 
 

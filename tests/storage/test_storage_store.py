@@ -20,8 +20,6 @@ from convmem_engine.domain import (
     ValidationError,
 )
 from convmem_engine.storage import CompactionResult, FileSystem, Store
-from convmem_engine.storage.fs import POSITIONED_WRITES
-from convmem_engine.storage.store import LOG_AHEAD
 
 
 def edited(m: Message, content: str) -> Message:
@@ -323,72 +321,3 @@ def test_ids_that_would_break_the_format_are_refused(tmp_path: Path) -> None:
             with pytest.raises(ValidationError, match="message_id"):
                 s.delete(bad)
         assert s.stats().io == before.io and s.stats().log_size == before.log_size
-
-
-# -- zeros written ahead of the log (store.LOG_AHEAD) -------------------------------------------
-
-positioned = pytest.mark.skipif(
-    not POSITIONED_WRITES, reason="the log is written with O_APPEND here: no zeros ahead"
-)
-
-
-@positioned
-def test_records_are_written_over_zeros_written_ahead_and_close_cuts_them(tmp_path: Path) -> None:
-    log = tmp_path / "active.log"
-    msgs = [make_message(f"message {i} " + "x" * 300) for i in range(300)]  # > LOG_AHEAD bytes
-    with Store.open(tmp_path) as s:
-        sizes = set()
-        for m in msgs:
-            s.put(m)
-            end = s.stats().log_size
-            assert end < os.path.getsize(log) <= end + LOG_AHEAD + 1024
-            sizes.add(os.path.getsize(log))
-            assert log.read_bytes()[end:].strip(b"\0") == b""
-        assert len(sizes) > 1  # the zeros ran out and were written again further on
-        assert s.check() == []
-        size = s.stats().log_size
-    assert os.path.getsize(log) == size
-    with Store.open(tmp_path) as s:
-        assert s.stats().recovered_tail is False
-        assert list(s.messages.values()) == msgs
-        assert s.check() == []
-
-
-@positioned
-def test_a_killed_store_leaves_its_zeros_ahead_and_opening_cuts_them(tmp_path: Path) -> None:
-    log = tmp_path / "active.log"
-    s = Store.open(tmp_path)
-    msgs = [make_message(f"message {i}") for i in range(5)]
-    for m in msgs:
-        s.put(m)
-    end = s.stats().log_size
-    s._abandon()  # as a killed process: descriptors and the lock go, nothing else
-    assert os.path.getsize(log) > end
-    with Store.open(tmp_path) as s2:
-        assert list(s2.messages.values()) == msgs
-        assert s2.stats().recovered_tail is True  # the zeros: cut off
-        assert s2.stats().log_size == end
-        assert s2.check() == []
-        more = make_message("after the crash")
-        s2.put(more)  # written at the end of the records, not after the zeros
-        assert s2.check() == []
-    with Store.open(tmp_path) as s3:
-        assert list(s3.messages.values()) == [*msgs, more]
-
-
-@positioned
-def test_a_disk_without_room_for_zeros_ahead_still_takes_the_records(tmp_path: Path) -> None:
-    class NoRoomAhead(FileSystem):
-        def zero_fill(self, fd: int, offset: int, size: int) -> None:
-            os.pwrite(fd, bytes(10), offset)  # a little, then the disk is full
-            raise OSError(28, "injected: no space left on device")
-
-    msgs = [make_message(f"message {i}") for i in range(5)]
-    with Store.open(tmp_path, fs=NoRoomAhead()) as s:
-        for m in msgs:
-            s.put(m)
-        assert s.stats().last_error == ""
-        assert s.check() == []
-    with Store.open(tmp_path) as s:
-        assert list(s.messages.values()) == msgs
-        assert s.check() == []
