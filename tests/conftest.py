@@ -25,8 +25,12 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from convmem_app.gui_gc import GuiThreadCollector
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -68,3 +72,23 @@ def short_tmp() -> Iterator[Path]:
     folder.chmod(0o700)
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
+
+
+_collector: list[GuiThreadCollector] = []
+
+
+@pytest.fixture(autouse=True)
+def _gc_on_the_gui_thread(request: pytest.FixtureRequest) -> Iterator[None]:
+    """From the first Qt test on, the cyclic garbage collector runs on the GUI thread only, as
+    in the app (`convmem_app.gui_gc`): else a collection on an engine or pool thread frees a
+    window or job an earlier test left in a cycle, off its thread (a segfault in PySide's
+    deferred deletion, every run of tests/agent, tests/app and tests/gui in one process).
+    After each test what is due is collected here, on the main thread: tests that never run
+    Qt's event loop would otherwise leave it all to the end."""
+    if not _collector and "qapp" in request.fixturenames:
+        from convmem_app.gui_gc import collect_on_gui_thread
+
+        _collector.append(collect_on_gui_thread(request.getfixturevalue("qapp")))
+    yield
+    if _collector:
+        _collector[0].collect_due()

@@ -56,6 +56,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtNetwork import QLocalSocket
 from PySide6.QtWidgets import QApplication, QWidget
 
+from convmem_app.gui_gc import collect_on_gui_thread
 from convmem_app.hosts.configure import shim_command
 from convmem_app.inbox import Inbox
 from convmem_app.shell import autostart, claude_desktop
@@ -817,6 +818,7 @@ def main(argv: list[str] | None = None) -> int:
     qapp = existing if isinstance(existing, QApplication) else QApplication([sys.argv[0]])
     qapp.setWindowIcon(app_icon())
     qapp.setQuitOnLastWindowClosed(False)  # the app lives in the tray; quitting is explicit
+    collect_on_gui_thread(qapp)  # before any thread starts: no Qt object freed off its thread
     try:
         name: str | None = endpoint(data_dir)
     except OSError:
