@@ -233,7 +233,13 @@ def _envelope_version(meta: object, *, request: bool = False) -> str | None:
     if not isinstance(meta, dict) or not {version_key, capabilities_key} <= meta.keys():
         return None
     extra = meta.keys() - {version_key, info_key, capabilities_key}
-    if extra and (not request or extra != {LOG_LEVEL_KEY} or meta[LOG_LEVEL_KEY] not in LOG_LEVELS):
+    level = meta.get(LOG_LEVEL_KEY)
+    if extra and (
+        not request
+        or extra != {LOG_LEVEL_KEY}
+        or not isinstance(level, str)
+        or level not in LOG_LEVELS
+    ):
         return None
     version = meta[version_key]
     if not isinstance(version, str) or version not in answers.DISCOVER:

@@ -154,7 +154,9 @@ def scripts(modern: bool, ids: list[str]) -> tuple[list[Step], list[Step]]:
         *(logged if modern else []),
     ]
     badly_leveled = {"_meta": {**MODERN_META, LOG_LEVEL_KEY: "verbose"}}
+    not_a_level = {"_meta": {**MODERN_META, LOG_LEVEL_KEY: {"level": "debug"}}}
     sdk_only: list[Step] = [
+        *([(rpc(42, "tools/list", not_a_level), 1)] if modern else []),  # (the first left)
         *([(rpc(41, "tools/list", badly_leveled), 1)] if modern else []),
         (c(50, "no_such_tool", {}), 1),
         (c(51, "write_message", [1, 2]), 1),
@@ -285,6 +287,7 @@ def test_the_front_answers_byte_for_byte_what_the_sdk_answers(tmp_path: Path, er
     # the front answered every request before the SDK-only ones (the two cancelled calls
     # never answered), the SDK the rest
     assert answered_by_front(ours[2]) == sum(n for _, n in front), ours[2]
+    assert "answering failed" not in ours[2]  # each line left to the SDK by plan, none by error
     mine, sdk = comparable(ours[0], ours[1]), comparable(theirs[0], theirs[1])
     assert len(mine) == len(sdk)
     for a, b in zip(mine, sdk, strict=True):
