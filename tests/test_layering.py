@@ -5,7 +5,9 @@
 - the engine's floors: each package imports only from its own package and from packages on
   lower floors (domain <- storage/index <- service <- tools <- agent <- mcp <- runtime), and
   never `convmem_app`. Checked on the source (every import statement, including ones inside
-  functions and under TYPE_CHECKING), so a lazy import cannot hide a dependency.
+  functions and under TYPE_CHECKING), so a lazy import cannot hide a dependency;
+- within the runtime, the stdio front's pure part (`front_plan`) imports nothing of ours but
+  the generated `handshake_answers`: `front` imports it, never the other way.
 """
 
 from __future__ import annotations
@@ -152,3 +154,16 @@ def test_the_floor_check_sees_lazy_guarded_and_relative_imports() -> None:
     )
     module = ("convmem_engine", "service", "probe")
     assert _engine_imports(source, module) == {"mcp", "tools", "runtime", "service", "convmem_app"}
+
+
+def test_the_fronts_plan_imports_only_the_generated_answers() -> None:
+    tree = ast.parse((ENGINE / "runtime" / "front_plan.py").read_text(encoding="utf-8"))
+    ours: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            ours |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert not node.level, "front_plan: a relative import"
+            ours |= {f"{node.module}.{alias.name}" for alias in node.names}
+    ours = {name for name in ours if name.startswith(("convmem_engine", "convmem_app"))}
+    assert ours <= {"convmem_engine.runtime.handshake_answers"}, sorted(ours)

@@ -32,7 +32,8 @@ from mcp_helpers import ERAS, child_env, serve_args
 from test_fast_call import normalised
 from test_mcp_serve_front import CAPABILITIES_KEY, INFO_KEY, VERSION_KEY, discover, initialize
 
-from convmem_engine.runtime.front import ENV_SWITCH, LOG_LEVEL_KEY, _json_text, answer_for
+from convmem_engine.runtime.front import ENV_SWITCH
+from convmem_engine.runtime.front_plan import LOG_LEVEL_KEY, _json_text, answer_for
 from convmem_engine.service import MemoryService
 from convmem_engine.storage import Store
 from convmem_engine.tools import ToolRegistry

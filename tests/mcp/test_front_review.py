@@ -29,7 +29,8 @@ from test_mcp_serve_front import (
     line,
 )
 
-from convmem_engine.runtime.front import FIRST_LINE_BYTES, PRE_HANDOVER_BYTES, answer_for
+from convmem_engine.runtime.front import FIRST_LINE_BYTES, PRE_HANDOVER_BYTES
+from convmem_engine.runtime.front_plan import answer_for
 from convmem_engine.storage import Store
 
 pytestmark = pytest.mark.posix  # FIFOs

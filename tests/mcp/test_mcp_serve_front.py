@@ -28,7 +28,7 @@ import pytest
 from mcp_helpers import ERAS, child_env, payload, serve_args, serve_client
 
 from convmem_engine.runtime import handshake_answers
-from convmem_engine.runtime.front import answer_for
+from convmem_engine.runtime.front_plan import answer_for
 from scripts.gen_handshake_answers import sdk_first_answers
 
 ROOT = Path(__file__).resolve().parent.parent.parent
