@@ -18,8 +18,11 @@ One command, one run, on the real corpus (chitchat-dataset, 258,145 messages):
 5. **peers**: the MCP project's reference memory server (`@modelcontextprotocol/server-memory`
    from npm, over stdio with the same client code; each write one entity with one observation):
    its write p50 and, with 8 hosts each running their own server on one memory file (how hosts
-   use it), how many acknowledged entities are still there afterwards. SQLite FTS5 in process
-   is in bench/bench_search.py.
+   use it), how many acknowledged entities are still there afterwards.
+6. **SQLite FTS5** (trigram), in process on the same texts, at 258,145 messages (and 1M with
+   `--million`): the search index's build CPU and the all-queries search median against
+   FTS5's, and our worst search (bench/bench_search.py's query sets, run in a child process
+   of its own so that its memory stays out of the figures above; `--no-fts` skips it).
 
 Usage: python bench/bench_mcp.py [--sizes 1000,100000,258145] [--million] [--writes 300]
        [--clients 1,8,16] [--per-client 150] [--no-peer] [--json OUT] [--plots DIR]
@@ -1038,6 +1041,27 @@ def app_clients(
 # ---- 5. the reference memory server from npm ------------------------------------------------
 
 
+def fts_section(work: Path, sizes: list[int], figures: dict[str, Any]) -> None:
+    """Section 6: our search index against SQLite FTS5 in process, on the same texts."""
+    print("\n6. SQLite FTS5 (trigram), in process, the same texts (bench_search.py, 5 runs each)")
+    print("   messages  build CPU s: ours   FTS5  ratio   median ms: ours   FTS5  ratio   worst ms")
+    figures["fts5"] = {}
+    for size in sizes:
+        out = work / f"fts-{size}.json"
+        command = [sys.executable, str(Path(tree_root()) / "bench" / "bench_search.py")]
+        command += ["--messages", str(size), "--repeat", "5", "--summary-json", str(out)]
+        subprocess.run(command, check=True, cwd=tree_root(), stdout=subprocess.DEVNULL)
+        row = json.loads(out.read_text())
+        figures["fts5"][size] = row
+        build, median = row["build_cpu_s"], row["median_ms"]
+        print(
+            f"   {row['messages']:8d}  {build['ours']:17.2f} {build['fts5']:6.2f} "
+            f"{build['ours'] / build['fts5']:6.2f}   {median['ours']:15.2f} "
+            f"{median['fts5']:6.2f} {median['ours'] / median['fts5']:6.2f}   "
+            f"{row['worst_ms']:8.2f} ({row['worst_query']})"
+        )
+
+
 def install_peer(work: Path) -> list[str] | None:
     folder = work / "npm-peer"
     folder.mkdir()
@@ -1164,6 +1188,7 @@ def main() -> int:
     parser.add_argument("--clients", default="1,8,16")
     parser.add_argument("--per-client", type=int, default=150)
     parser.add_argument("--no-peer", action="store_true")
+    parser.add_argument("--no-fts", action="store_true", help="skip section 6 (SQLite FTS5)")
     parser.add_argument("--dir", default=None, help="where to work (default: a temp folder)")
     parser.add_argument("--json", default=None, help="write every figure to this file")
     parser.add_argument(
@@ -1286,6 +1311,8 @@ def main() -> int:
                     f"{e['read_back']:.0f} still there "
                     f"({e['acknowledged'] - e['read_back']:.0f} lost)"
                 )
+        if not args.no_fts and not args.app_only:
+            fts_section(work, [258_145, 1_000_000] if args.million else [258_145], figures)
         figures["machine"]["load_after"] = load_average()
     finally:
         shutil.rmtree(work, ignore_errors=True)

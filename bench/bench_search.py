@@ -19,7 +19,7 @@ Also the worst queries found (issue 13; `WORST_CASES`): ours (wall and CPU) next
 with `--baseline OLD.py` next to another search_index.py on the same index in the same run.
 
 Usage: python bench/bench_search.py [--repeat N] [--tracemalloc] [--markdown] [--only-new]
-       [--worst-only] [--baseline PATH] [--messages N]
+       [--worst-only] [--baseline PATH] [--messages N [--summary-json PATH]]
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import json
 import os
 import random
 import re
@@ -36,6 +37,7 @@ import sys
 import time
 import tracemalloc
 from collections.abc import Callable
+from pathlib import Path
 from typing import Final
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -344,9 +346,11 @@ def worst_cases(
     repeat: int,
     md: bool,
     baseline: type[SearchIndex] | None = None,
-) -> None:
+) -> dict[str, float]:
     """The worst queries: our median (wall and CPU), FTS5's, and with --baseline the other
-    implementation's CPU median on the same index (runs interleaved; results must be equal)."""
+    implementation's CPU median on the same index (runs interleaved; results must be equal).
+    Returns our median wall time of each, in ms, by label."""
+    ours_ms: dict[str, float] = {}
     old: SearchIndex | None = None
     if baseline is not None:
         old = baseline.__new__(baseline)
@@ -370,6 +374,7 @@ def worst_cases(
             return len(idx.search(q, messages, limit=limit))
 
         wall, cpu = cpu_timed(search, repeat)
+        ours_ms[label] = statistics.median(wall) * 1000
         hits = idx.search(q, messages, limit=limit)
         cells = [label, str(limit), ms(statistics.median(wall)), ms(statistics.median(cpu))]
         if old is not None:
@@ -405,6 +410,7 @@ def worst_cases(
         cells += [str(len(hits)), str(hits[-1].score) if hits else "-"]
         print(("| " + " | ".join(cells) + " |") if md else "  ".join(c.ljust(12) for c in cells))
     print(f"load average after: {os.getloadavg()[0]:.1f}")
+    return ours_ms
 
 
 def scan_vs_index(idx: SearchIndex, messages: dict[str, Message], repeat: int, md: bool) -> None:
@@ -500,7 +506,15 @@ def main() -> None:
         help="that many messages (the corpus repeated), e.g. 1000000: the build, the default "
         "table and the worst cases only",
     )
+    ap.add_argument(
+        "--summary-json",
+        metavar="PATH",
+        help="with --messages: also write the build's CPU, the all-queries medians and the "
+        "worst case, ours and FTS5's, to PATH (bench_mcp.py's FTS5 section)",
+    )
     args = ap.parse_args()
+    if args.summary_json and not args.messages:
+        ap.error("--summary-json needs --messages")
     baseline = load_baseline(args.baseline) if args.baseline else None
     md = args.markdown
 
@@ -528,12 +542,23 @@ def main() -> None:
         worst_cases(idx, messages, db, args.repeat, md, baseline)
         return
     if args.messages:
-        print_table(
-            f"default (top {LIMIT}, {args.repeat} runs per query)",
-            run_queries(idx, messages, db, QUERIES, args.repeat),
-            md,
-        )
-        worst_cases(idx, messages, db, args.repeat, md, baseline)
+        rows = run_queries(idx, messages, db, QUERIES, args.repeat)
+        print_table(f"default (top {LIMIT}, {args.repeat} runs per query)", rows, md)
+        worst = worst_cases(idx, messages, db, args.repeat, md, baseline)
+        if args.summary_json:
+            _label, ours_all, fts_all, _counts = rows[-1]  # the "all queries" row
+            worst_label = max(worst, key=worst.__getitem__)
+            summary = {
+                "messages": len(messages),
+                "build_cpu_s": {"ours": ours_cpu, "fts5": fts_cpu},
+                "median_ms": {
+                    "ours": statistics.median(ours_all) * 1000,
+                    "fts5": statistics.median(fts_all) * 1000,
+                },
+                "worst_ms": worst[worst_label],
+                "worst_query": worst_label,
+            }
+            Path(args.summary_json).write_text(json.dumps(summary, indent=1))
         return
     print(
         f"memory: ours RSS delta {ours_rss / 1e6:.0f} MB, "
