@@ -24,19 +24,16 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from app_helpers import ROOT, RunningApp, child_env, shim_args
+from app_helpers import ROOT, RunningApp, shim_args
 
 from convmem_engine.tools import MEMORY_TOOLS
+from tests.served_http import Served
 
 pytestmark = [pytest.mark.slow, pytest.mark.posix]
 
@@ -272,40 +269,13 @@ def test_app_through_the_shim_answers_the_inspector_as_the_sdk_does(
     assert_same_but_health_figures(through_app, sdk)
 
 
-@contextmanager
-def served_http(data_dir: Path, log: Path, token: str) -> Iterator[str]:
-    """`convmem serve --http --no-stdio` on a free loopback port; its URL."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    serve = [sys.executable, "-m", "convmem_app", "serve", "--data-dir", str(data_dir)]
-    with log.open("ab") as err:
-        process = subprocess.Popen(
-            [*serve, "--http", "--no-stdio", "--port", str(port)],
-            stdin=subprocess.DEVNULL,
-            stdout=err,
-            stderr=err,
-            env=child_env() | {"CONVMEM_HTTP_TOKEN": token},
-            cwd=ROOT,
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while "MCP over HTTP at" not in log.read_text():  # said once it serves
-            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        process.wait(60)
-
-
 @pytest.mark.parametrize("era", ["legacy", "modern"])
 def test_http_answers_the_inspector_as_stdio_does_and_refuses_it_without_the_token(
     inspector: Path, era: str, tmp_path: Path
 ) -> None:
     token = "inspector-" + "t" * 40
-    with served_http(tmp_path / "http", tmp_path / "http.log", token) as url:
-        http = ["--transport", "http", "--server-url", url]
+    with Served(tmp_path / "http", tmp_path / "http.log", "--no-stdio", token=token) as served:
+        http = ["--transport", "http", "--server-url", served.url]
         bearer = ["--header", f"Authorization: Bearer {token}"]
         over_http = session(inspector, era, [], {}, tmp_path, extra=[*http, *bearer])
         # Without the token: refused (401), and the Inspector, finding no stored login and

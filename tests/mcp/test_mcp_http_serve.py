@@ -8,9 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -20,54 +18,9 @@ from mcp_helpers import ERAS, call, child_env, serve_args
 from convmem_engine.mcp.http_config import max_body_bytes
 from convmem_engine.mcp.http_token import ENV_VAR, TOKEN_FILE_NAME
 from convmem_engine.service import MemoryService
+from tests.served_http import Served, free_port
 
 pytestmark = pytest.mark.posix  # SIGTERM
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Served:
-    """`convmem serve --http ...` on a free port, stderr kept in a file; a context manager that
-    never leaves the process behind."""
-
-    def __init__(self, data_dir: Path, log: Path, *extra: str, stdin: Any = subprocess.DEVNULL):
-        self.data_dir = data_dir
-        self.log = log
-        self.port = free_port()
-        args = serve_args(data_dir, "--http", "--port", str(self.port), *extra)
-        with log.open("ab") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, *args], stdin=stdin, stdout=err, stderr=err, env=child_env()
-            )
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
-        deadline = time.monotonic() + 60
-        while "MCP over HTTP at" not in log.read_text():  # said once it serves
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.kill()
-                raise AssertionError(log.read_text())
-            time.sleep(0.05)
-        self.token = (data_dir / TOKEN_FILE_NAME).read_text().strip()
-
-    def __enter__(self) -> Served:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.kill()
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(30)
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(30)
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
 
 
 def _accepting(port: int) -> bool:
