@@ -95,7 +95,6 @@ AGENT_CONFIG: Final = "agent.yaml"
 """(`agent.config.CONFIG_FILE`, not imported here.) Without it the agent is off."""
 
 Send = Callable[[bytes], Awaitable[None]]
-ReadChunk = Callable[[], Awaitable[bytes]]
 
 
 def _write_all(fd: int, data: bytes) -> None:
