@@ -23,17 +23,12 @@ from tool_results import call
 
 from convmem_app.shell.app import ConvMemApp
 from convmem_app.shell.http_settings import HttpChoice, save_choice
+from tests.served_http import free_port
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not support")]
 
 HOSTS = 3
 WRITES = 15
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from pytestqt.qtbot import QtBot
 from convmem_app.shell.http_control import HttpControl
 from convmem_app.shell.http_settings import HttpChoice, save_choice
 from convmem_engine.runtime import Runtime, RuntimeState
+from tests.served_http import free_port
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_ignore("This plugin does not support")]
 
@@ -27,12 +28,6 @@ HEALTH = json.dumps(
         "params": {"name": "get_system_health", "arguments": {}},
     }
 ).encode()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def post(port: int, token: str) -> int:
