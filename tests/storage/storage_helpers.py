@@ -255,7 +255,9 @@ def snapshot_body(data: bytes) -> bytes:
 # -- power loss -------------------------------------------------------------------------------
 
 UNTRACKED = ("lock", "lock.pid")  # the lock files hold no data: not modelled
-TAILS = ("none", "partial", "zeros")
+TAILS = ("none", "partial", "zeros")  # after these the store always opens
+REORDERED = "blocks"  # after this one it may refuse (CORRUPT_STORE): reordering within a file
+BLOCK = 4096
 
 
 class _Inode:
@@ -284,15 +286,23 @@ class PowerLossFS(FaultFS):
     - A file keeps only what its last fsync covered (the contents are read just before the
       fsync: what the real fsync covers at least). `tail` adds what a real disk may also keep
       of the unsynced rest: "partial" a prefix of it, "zeros" the whole size with the data
-      only up to a 4 KiB block boundary and zeros after it (XFS, ext4 data=writeback).
+      only up to a 4 KiB block boundary and zeros after it (XFS, ext4 data=writeback),
+      "blocks" the whole size with each 4 KiB block of the rest holding its new data or
+      zeros, each block chosen by the seeded rng apart from the others (the block holding the
+      synced end keeps its synced bytes): the disk wrote some later blocks of the rest and
+      not earlier ones (reordering within a file).
+    - The cut notes in `unsynced` each file it found longer than its last fsync covered (the
+      synced length, the length) and, with "blocks", in `holes` each file in which a zeroed
+      block lies before a kept one, i.e. the reordering showed (its synced length).
     - A directory keeps the names (creates, renames, unlinks) as of its last fsync_dir; a
       directory created since its parent's last fsync_dir vanishes with all it holds.
 
     The cut: mode "crash" at step `fail_at` raises Crash (the step does not happen) and every
     later call raises Crash too; then `power_cut()` closes what the dead process had open and
     rewrites the data dir to the modelled state. Start from a quiet data dir (its files are
-    taken as durable). Not modelled: a disk that lies about flushes, reordering inside a file
-    other than "zeros", the lock files (no data).
+    taken as durable). Not modelled: a disk that lies about flushes, a lost block that reads
+    as stale bytes (an earlier use of the disk block) rather than zeros, the lock files (no
+    data).
     """
 
     def __init__(
@@ -306,8 +316,10 @@ class PowerLossFS(FaultFS):
         super().__init__(fail_at, "crash")
         import random
 
-        assert tail in TAILS
+        assert tail in (*TAILS, REORDERED)
         self.tail = tail
+        self.unsynced: dict[str, tuple[int, int]] = {}  # set by the cut (see above)
+        self.holes: dict[str, int] = {}
         self.rng = random.Random(seed)
         self.root = os.path.abspath(root)
         self._mlock = threading.RLock()
@@ -420,12 +432,27 @@ class PowerLossFS(FaultFS):
 
     # -- the cut --------------------------------------------------------------------------
 
-    def _image(self, ino: _Inode) -> bytes:
+    def _image(self, path: str, ino: _Inode) -> bytes:
         durable, cur = ino.durable, ino.current()
-        if self.tail == "none" or len(cur) <= len(durable) or not cur.startswith(durable):
+        if len(cur) <= len(durable) or not cur.startswith(durable):
+            return durable
+        self.unsynced[path] = (len(durable), len(cur))
+        if self.tail == "none":
             return durable
         if self.tail == "partial":
             return cur[: self.rng.randint(len(durable), len(cur))]
+        if self.tail == REORDERED:
+            # the size reached the disk; each block of the rest its new data or zeros
+            image = bytearray(cur)
+            zeroed = False
+            for start in range(len(durable) - len(durable) % BLOCK, len(cur), BLOCK):
+                lo, hi = max(start, len(durable)), min(start + BLOCK, len(cur))
+                if self.rng.random() < 0.5:
+                    image[lo:hi] = bytes(hi - lo)
+                    zeroed = True
+                elif zeroed:
+                    self.holes[path] = len(durable)
+            return bytes(image)
         # "zeros": the size reached the disk, the data only up to a block boundary
         blocks = [b for b in range(0, len(cur) + 1, 4096) if b >= len(durable)] + [len(durable)]
         keep = self.rng.choice(blocks)
@@ -443,7 +470,10 @@ class PowerLossFS(FaultFS):
         FaultFS.crash(self)
         with self._mlock:
             images = {
-                d: {name: self._image(ino) for name, ino in self._durable[d].items()}
+                d: {
+                    name: self._image(os.path.join(d, name), ino)
+                    for name, ino in self._durable[d].items()
+                }
                 for d in self._names
                 if not self._vanished(d)
             }
