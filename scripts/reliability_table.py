@@ -37,11 +37,12 @@ NOT_MODELLED = """\
   `FlushFileBuffers`) returns, the data is on stable storage. A drive or virtual disk that
   acknowledges a flush from a volatile cache can lose acknowledged writes at a power cut; no
   test here can tell, because the tests see what the kernel sees.
-- **Reordering within a file.** The power-loss mode keeps each file up to its last fsync and at
-  most a partly written or zero-filled tail after it. A device that persists later blocks of
-  one unsynced write before earlier ones (leaving a hole of stale data in the middle, not only
-  zeros at the end) is not simulated. Records carry CRCs, so such damage is refused as
-  CORRUPT_STORE rather than misread, but it is not counted here.
+- **Stale bytes in lost blocks, and reordering finer than a block.** The power-loss mode keeps
+  each file up to its last fsync and, of the unsynced rest, a prefix, the data up to a 4 KiB
+  block boundary and zeros after it, or each 4 KiB block either written or zeros (reordering
+  within a file). A filesystem that shows a lost block's earlier contents (stale data) instead
+  of zeros, or a device that tears a 4 KiB block, is not simulated. Records carry CRCs, so such
+  damage is refused as CORRUPT_STORE rather than misread, but it is not counted here.
 - **Silent corruption of synced data** (bit rot, a bad sector, another program editing the
   files) beyond the mutated records and snapshots the fuzzers try: CRCs detect it, repair is
   not attempted.
@@ -120,7 +121,10 @@ def render(rows: list[Row], runs: list[dict[str, str]]) -> str:
         "are server or store failures (an unexpected exit, an internal error, a store that",
         "refused to open or failed its check when it should not have); **hung** are requests",
         "left without an answer or processes that did not stop; **changed** are stored messages",
-        "altered or appearing other than by an acknowledged (or in-flight) operation.",
+        "altered or appearing other than by an acknowledged (or in-flight) operation. After a",
+        "power cut that kept a later 4 KiB block of the log's unsynced tail and zeroed an earlier",
+        'one (the rows "each 4 KiB block ... kept or zeroed") the store refuses to open with',
+        "CORRUPT_STORE, changing nothing, as docs/storage-format.md says: not counted as crashed.",
         "",
         "## Results",
         "",

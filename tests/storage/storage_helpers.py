@@ -301,8 +301,8 @@ class PowerLossFS(FaultFS):
     later call raises Crash too; then `power_cut()` closes what the dead process had open and
     rewrites the data dir to the modelled state. Start from a quiet data dir (its files are
     taken as durable). Not modelled: a disk that lies about flushes, a lost block that reads
-    as stale bytes (an earlier use of the disk block) rather than zeros, the lock files (no
-    data).
+    as stale bytes (an earlier use of the disk block) rather than zeros, reordering at a grain
+    finer than 4 KiB, the lock files (no data).
     """
 
     def __init__(
