@@ -63,3 +63,21 @@ def test_collect_due_follows_the_interpreters_thresholds(qtbot: Any) -> None:
     gc.enable()  # say an engine's pause re-enabled it: the next look turns it off again
     collector.collect_due()
     assert not gc.isenabled()
+
+
+def test_the_timer_backs_off_while_nothing_is_due_and_comes_back_when_something_is(
+    qtbot: Any,
+) -> None:
+    """An idle tray app should not wake twice a second for nothing: the wait doubles up to the
+    idle interval while no collection is due, and drops back at the first one that is."""
+    owner = QObject()
+    collector = GuiThreadCollector(owner, interval_ms=500, idle_interval_ms=4000)
+    gc.collect()
+    waits = []
+    for _ in range(5):
+        assert collector.collect_due() == -1
+        waits.append(collector.interval_ms())
+    assert waits == [1000, 2000, 4000, 4000, 4000]
+    _allocate_cycles(gc.get_threshold()[0] + 10)
+    assert collector.collect_due() == 0
+    assert collector.interval_ms() == 500
