@@ -868,6 +868,12 @@ def print_app(by_tree: dict[str, dict[int, dict[str, Any]]], counts: list[int]) 
                 f" last write {r['app_deferred_ms_per_call']:.3f}; rounds: {rounds}"
                 f" (median {r['median_app_cpu_ms_per_call']:.3f})"
             )
+            if "disk_flushes_per_write" in r:
+                print(
+                    f"      the disk's flushes per acknowledged write: "
+                    f"{r['disk_flushes_per_write']:.2f} (the device's count: group commit "
+                    "shares one among the writes that wait for it)"
+                )
         if counts and len(app) > 1:
             print_ceiling(app, counts[0])
 
@@ -907,6 +913,20 @@ def print_ceiling(app: dict[int, dict[str, Any]], first: int) -> None:
             f"      {hosts} hosts: {got:.2f}x one host; the most {cpus} CPUs allow at"
             f" {cpu_ms_per_call(row):.3f} ms of CPU per call: {ceiling(one, row, hosts, cpus):.2f}x"
         )
+
+
+def disk_flushes(path: Path) -> int | None:
+    """Flush requests the block device holding `path` has completed (Linux's
+    /sys/dev/block/MAJ:MIN/stat, field 16; None where there is no such device or field, e.g.
+    tmpfs). Each fsync that reaches a disk with a write-back cache ends in at least one; the
+    count is the device's, so anything else writing meanwhile adds to it."""
+    try:
+        device = os.stat(path).st_dev
+        stat = Path(f"/sys/dev/block/{os.major(device)}:{os.minor(device)}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.split()
+    return int(fields[15]) if len(fields) > 15 else None
 
 
 def app_clients(
@@ -991,12 +1011,16 @@ def app_clients(
                         return watches[-1]
 
                     os.environ[TREE_VARIABLE] = str(trees[name])  # the workers' shims
+                    flushes = disk_flushes(data_dir)
                     try:
                         results = run_clients(host, shim, clients, per_client, work, on_go=watch)
                     finally:
                         os.environ.pop(TREE_VARIABLE, None)
+                    flushed = disk_flushes(data_dir)
                     row = summarise_clients(results)
                     calls = sum(len(r["latencies"]) for r in results)
+                    if flushes is not None and flushed is not None:
+                        row["disk_flushes_per_write"] = (flushed - flushes) / calls
                     w = watches[0]
                     row["app_cpu_ms_per_call"] = w.cpu * 1000 / calls
                     # the app's idle rate over the same window, taken off
