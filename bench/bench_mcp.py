@@ -25,7 +25,7 @@ One command, one run, on the real corpus (chitchat-dataset, 258,145 messages):
    of its own so that its memory stays out of the figures above; `--no-fts` skips it).
 
 Usage: python bench/bench_mcp.py [--sizes 1000,100000,258145] [--million] [--writes 300]
-       [--clients 1,8,16] [--per-client 150] [--no-peer] [--json OUT] [--plots DIR]
+       [--clients 1,8,16] [--per-client 150] [--no-peer] [--no-fts] [--json OUT] [--plots DIR]
        python bench/bench_mcp.py --cold-stores /tmp/perf-258k,/tmp/perf-1m [--starts 5]
          [--no-index-wait] [--frozen DIST]
          (cold start only, on copies of ready-made stores: handshake, first reply, the
@@ -871,8 +871,8 @@ def print_app(by_tree: dict[str, dict[int, dict[str, Any]]], counts: list[int]) 
             if "disk_flushes_per_write" in r:
                 print(
                     f"      the disk's flushes per acknowledged write: "
-                    f"{r['disk_flushes_per_write']:.2f} (the device's count: group commit "
-                    "shares one among the writes that wait for it)"
+                    f"{r['disk_flushes_per_write']:.2f} (counted for the whole device: "
+                    "anything else writing to it meanwhile adds to the count)"
                 )
         if counts and len(app) > 1:
             print_ceiling(app, counts[0])
@@ -1213,6 +1213,9 @@ def main() -> int:
     parser.add_argument("--per-client", type=int, default=150)
     parser.add_argument("--no-peer", action="store_true")
     parser.add_argument("--no-fts", action="store_true", help="skip section 6 (SQLite FTS5)")
+    parser.add_argument(
+        "--plots", default="", metavar="DIR", help="also draw this run's plots there (plot_mcp.py)"
+    )
     parser.add_argument("--dir", default=None, help="where to work (default: a temp folder)")
     parser.add_argument("--json", default=None, help="write every figure to this file")
     parser.add_argument(
@@ -1342,6 +1345,15 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1))
+    if args.plots and not args.app_only:
+        from plot_mcp import main as plot
+
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(args.json) if args.json else Path(folder) / "figures.json"
+            if not args.json:
+                path.write_text(json.dumps(figures, indent=1))
+            plot(str(path), args.plots)
+        print(f"plots drawn in {args.plots}")
     return 0
 
 
