@@ -189,11 +189,14 @@ def data_files(d: Path) -> dict[str, bytes]:
 
 def reopen_or_refusal(
     d: Path, fs: PowerLossFS, tally: Tally, outcomes: Counter[str], *, synced_end: bool
-) -> State | None:
-    """After a cut with the "blocks" tail: the reopened state, or None for a refusal, which
-    is allowed only when the cut left a hole in the log: CORRUPT_STORE naming active.log and
-    the offset of a record inside the file (with `synced_end`: at or after everything the last
-    fsync covered, so after every acknowledged record), every other file as it was."""
+) -> State:
+    """After a cut with the "blocks" tail: the reopened state. A refusal is allowed only when
+    the cut left a hole in the log: CORRUPT_STORE naming active.log and the offset of a record
+    inside the file (with `synced_end`: at or after everything the last fsync covered, so after
+    every acknowledged record), every other file as it was. Then the salvage docs/app.md
+    gives a person (a copy of the data dir, its log cut at the named offset) must open, and
+    its state is returned: the caller checks it like any reopened state (every acknowledged
+    write, in order)."""
     before = data_files(d)
     log = os.path.join(fs.root, "active.log")
     try:
@@ -213,9 +216,21 @@ def reopen_or_refusal(
         assert offset < len(before["active.log"]), str(e)
         if synced_end:
             assert offset >= fs.holes[log], (str(e), fs.holes[log])
-        return None
+        return salvaged_state(d, offset)
     outcomes[_situation(fs, log) + ": opened"] += 1
     return got
+
+
+def salvaged_state(d: Path, offset: int) -> State:
+    """What the salvage of docs/app.md ("The memory store is damaged") opens: a copy of the
+    data dir whose active.log is cut at the offset the refusal named."""
+    copy = d.parent / f"{d.name}-salvaged"
+    shutil.copytree(d, copy, ignore=shutil.ignore_patterns(*UNTRACKED))
+    try:
+        os.truncate(copy / "active.log", offset)
+        return reopen_state(copy)
+    finally:
+        shutil.rmtree(copy)
 
 
 def _situation(fs: PowerLossFS, log: str) -> str:
@@ -273,11 +288,10 @@ def sweep(
                 else:
                     got = reopen_state(d)
                 tally.cases += 1
-                if got is not None:
-                    if got not in allowed:
-                        tally.lost += 1
-                    assert got in allowed, (k, counter.steps[k - 1], in_flight, tail, seed)
-                    assert next(list(a) for a in allowed if a == got) == list(got)  # order too
+                if got not in allowed:
+                    tally.lost += 1
+                assert got in allowed, (k, counter.steps[k - 1], in_flight, tail, seed)
+                assert next(list(a) for a in allowed if a == got) == list(got)  # order too
                 shutil.rmtree(d)
     return total
 
@@ -444,9 +458,6 @@ def random_cuts(
             else:
                 got = reopen_state(d)
             tally.cases += 1
-            if got is None:
-                shutil.rmtree(d)
-                continue
             for w in range(writers):
                 mine = {k: v for k, v in got.items() if v.content.startswith(f"w{w} ")}
                 allowed = pending[w][0] + [acked[w]]
