@@ -3,13 +3,17 @@
 convmem backup  [--data-dir D] [--to FOLDER] [--single-file] [--keep N]
 convmem backup  --verify BACKUP
 convmem restore [--data-dir D] [--in-place] BACKUP
+convmem repair  [--data-dir D]
 
 A backup is copied while hosts keep writing (the app may be running), verified (opened as a
 store, full self-check) and kept in FOLDER (default: `<data dir>-backups`), as a folder or,
 with --single-file, one zip file. --keep N then deletes all but the N newest backups there.
 Restore verifies first, then fills a new data dir or, with --in-place, renames the current data
 dir aside (`<data dir>.before-restore-<time>`; never overwritten or deleted). Restore refuses
-while the app runs on that data dir. Exit status: 0 done, 1 failed, 2 usage.
+while the app runs on that data dir. Repair makes a store refused after a power cut (a damaged
+record in active.log) open again: every record before the damage kept, the damaged files kept
+aside (`<data dir>.before-repair-<time>`); it refuses while the app runs on that data dir and
+changes nothing when cutting the log would not help. Exit status: 0 done, 1 failed, 2 usage.
 """
 
 from __future__ import annotations
@@ -106,4 +110,35 @@ def restore_main(argv: list[str]) -> int:
     print(f"restored {info.messages} messages in {info.sessions} sessions into {data_dir}")
     if aside:
         print(f"the previous store is kept at {aside}")
+    return 0
+
+
+def repair_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="convmem repair",
+        description="Make a store refused after a power cut open again (a damaged record in "
+        "active.log): every record before the damage is kept, the damaged files are kept aside.",
+    )
+    p.add_argument("--data-dir", help=_DATA_DIR_HELP)
+    args = p.parse_args(argv)
+    from convmem_engine.domain.errors import ConvMemError
+    from convmem_engine.transfer import repair_store
+
+    data_dir = resolve_data_dir(args.data_dir)
+    try:
+        report = repair_store(data_dir)
+    except ConvMemError as e:
+        print(f"convmem repair: {e.message}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"convmem repair: {e.strerror or e}", file=sys.stderr)
+        return 1
+    if report.offset is None:
+        print(f"the store opens: nothing to repair ({report.messages} messages in {data_dir})")
+        return 0
+    print(
+        f"repaired: active.log cut at offset {report.offset} ({_size(report.cut_bytes)} cut off); "
+        f"{report.messages} messages in {data_dir}"
+    )
+    print(f"the damaged files are kept at {report.aside}")
     return 0

@@ -7,6 +7,7 @@ convmem export [--data-dir DIR] --format jsonl|markdown [--session ID] OUT
 convmem import [--data-dir DIR] [--dry-run] [--format F] FILE   ChatGPT, Claude, memory.json, JSONL
 convmem backup [--data-dir DIR] [--to FOLDER] [--single-file] [--keep N] | --verify BACKUP
 convmem restore [--data-dir DIR] [--in-place] BACKUP
+convmem repair [--data-dir DIR]                   a store refused after a power cut opens again
 convmem hosts  [list|add|remove] [HOST] [--data-dir DIR]   connect Claude, Cursor, Codex...
 """
 
@@ -45,10 +46,14 @@ def main(argv: list[str] | None = None) -> int:
         from convmem_app import hosts_command
 
         return hosts_command.main(rest)
-    if command in ("backup", "restore"):
+    if command in ("backup", "restore", "repair"):
         from convmem_app import backup_command
 
-        run = backup_command.backup_main if command == "backup" else backup_command.restore_main
+        run = {
+            "backup": backup_command.backup_main,
+            "restore": backup_command.restore_main,
+            "repair": backup_command.repair_main,
+        }[command]
         return run(rest)
     print(f"convmem: unknown command {command!r}\n\n{USAGE.strip()}", file=sys.stderr)
     return 2

@@ -125,7 +125,7 @@ def render(rows: list[Row], runs: list[dict[str, str]]) -> str:
         "power cut that kept a later 4 KiB block of the log's unsynced tail and zeroed an earlier",
         'one (the rows "each 4 KiB block ... kept or zeroed") the store refuses to open with',
         "CORRUPT_STORE, changing nothing, as docs/storage-format.md says: not counted as crashed.",
-        "The salvage docs/app.md gives a person (a copy, its log cut at the offset named) is then",
+        "`convmem repair` is then run on a copy (its log cut at the offset named) and the copy",
         "opened and checked like any reopen: its lost writes count in **lost**.",
         "",
         "## Results",

@@ -54,9 +54,11 @@ def describe(error: BaseException, data_dir: Path) -> StartupProblem:
             "CORRUPT_STORE",
             "The memory store is damaged",
             f"An integrity check failed: {detail}. Nothing was changed or repaired.",
-            f"Copy the folder {data_dir} somewhere safe first. Then restore it from a backup, "
-            "or start ConvMem with another data folder (`convmem app --data-dir NEW`) and keep "
-            "the damaged copy for inspection.",
+            f"Copy the folder {data_dir} somewhere safe first. After a power cut, when the "
+            "message names active.log, `convmem repair` keeps every record before the damage "
+            "(the damaged files are kept aside), then click Retry. Otherwise restore it from a "
+            "backup, or start ConvMem with another data folder (`convmem app --data-dir NEW`) "
+            "and keep the damaged copy for inspection.",
         )
     if isinstance(error, UnsafeDataDirError):
         return StartupProblem(

@@ -1,5 +1,6 @@
 """Export and import (ConvMem JSONL, Markdown, ChatGPT and Claude exports, the MCP reference
-memory server's memory.json) and backups. Over MemoryService; no Qt. See docs/transfer.md."""
+memory server's memory.json), backups, and the repair of a log damaged by a power cut. Over
+MemoryService and Store; no Qt. See docs/transfer.md."""
 
 from convmem_engine.transfer.backup import (
     BackupCancelled,
@@ -22,6 +23,7 @@ from convmem_engine.transfer.exporter import (
 )
 from convmem_engine.transfer.importer import FORMATS, ImportReport, run_import
 from convmem_engine.transfer.records import ImportFormatError, Skip
+from convmem_engine.transfer.repair import RepairError, RepairReport, repair_store
 
 __all__ = [
     "EXPORT_FORMATS",
@@ -33,6 +35,8 @@ __all__ = [
     "ExportReport",
     "ImportFormatError",
     "ImportReport",
+    "RepairError",
+    "RepairReport",
     "Skip",
     "create_backup",
     "default_backup_dir",
@@ -40,6 +44,7 @@ __all__ = [
     "export_markdown",
     "list_backups",
     "prune_backups",
+    "repair_store",
     "restore_backup",
     "run_import",
     "verify_backup",

@@ -93,7 +93,8 @@ class BackupInfo:
         }
 
 
-def _stamp(ms: int) -> str:
+def utc_stamp(ms: int) -> str:
+    """A UTC time as it appears in backup and aside names: 20261201T162700123Z."""
     dt = datetime.fromtimestamp(ms / 1000, UTC)
     return dt.strftime("%Y%m%dT%H%M%S") + f"{ms % 1000:03d}Z"
 
@@ -185,7 +186,7 @@ def create_backup(
         raise BackupError("backup folder: must not be inside the data dir")
     make_private_dir(dest)
     created = now_ms()
-    name = PREFIX + _stamp(created)
+    name = PREFIX + utc_stamp(created)
     work = tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=dest)
     try:
         _copy_log(src, work, progress, cancel)
@@ -380,7 +381,7 @@ def restore_backup(
             os.unlink(os.path.join(work, MANIFEST))
         messages, sessions = _open_and_check(work)
         if exists and os.listdir(target):
-            aside = f"{target}.before-restore-{_stamp(now_ms())}"
+            aside = f"{target}.before-restore-{utc_stamp(now_ms())}"
             os.rename(target, aside)
         elif exists:
             os.rmdir(target)

@@ -31,6 +31,7 @@ from storage_helpers import BLOCK, REORDERED, TAILS, UNTRACKED, Crash, PowerLoss
 
 from convmem_engine.domain import CorruptStoreError, Message, StoreIOError
 from convmem_engine.storage import Store
+from convmem_engine.transfer.repair import repair_store
 
 State = dict[str, Message]
 
@@ -222,12 +223,17 @@ def reopen_or_refusal(
 
 
 def salvaged_state(d: Path, offset: int) -> State:
-    """What the salvage of docs/app.md ("The memory store is damaged") opens: a copy of the
-    data dir whose active.log is cut at the offset the refusal named."""
+    """What `convmem repair` (docs/app.md, "The memory store is damaged") leaves, run on a copy
+    of the data dir: its active.log cut at the offset the refusal named, the damaged files
+    aside, unchanged."""
     copy = d.parent / f"{d.name}-salvaged"
     shutil.copytree(d, copy, ignore=shutil.ignore_patterns(*UNTRACKED))
     try:
-        os.truncate(copy / "active.log", offset)
+        report = repair_store(copy)
+        assert report.offset == offset, (report, offset)
+        assert report.aside is not None
+        assert (Path(report.aside) / "active.log").read_bytes() == (d / "active.log").read_bytes()
+        shutil.rmtree(report.aside)
         return reopen_state(copy)
     finally:
         shutil.rmtree(copy)

@@ -1,0 +1,171 @@
+"""Repair: a store refused after a power cut, made to open again with everything before the damage.
+
+When the disk kept a later block of the last, unsynced writes without an earlier one (a power
+cut on a filesystem or device that makes a file's size durable before its data), the log holds
+zeros before records and opening refuses with CORRUPT_STORE naming `active.log` and an offset
+(docs/storage-format.md, "Recovery on open"). Every acknowledged write lies before that offset
+then, but the store cannot tell such a hole from damage to synced records, so it changes nothing
+and a person decides. `repair_store` is what the person runs:
+
+1. The store is opened as it is; if it opens, there is nothing to repair (that open is the
+   ordinary one any start makes).
+2. A refusal that does not name a record of `active.log` (a damaged snapshot, a newer format,
+   a log that lost its start) is not repaired here: RepairError, nothing changed.
+3. With the data dir's lock held: a private copy of the log's first N bytes and the snapshot is
+   opened; if that does not open, RepairError and nothing changed.
+4. The damaged files are copied aside, to `<data dir>.before-repair-<UTC time>` (fsynced; never
+   overwritten or deleted), then `active.log` is cut at N in place (fsynced). Every other file of
+   the data dir (the agent's, the HTTP token, search.idx) stays as it was.
+5. The store is opened once more; if it still refused, the log is put back from the copy aside.
+
+If the damage came from a failing disk rather than a power cut, what followed the offset was
+acknowledged too: it is in the copy aside, and the report says how many bytes were cut.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from convmem_engine.domain.errors import ConvMemError, CorruptStoreError
+from convmem_engine.service.ids import utc_millis
+from convmem_engine.storage.fs import FileSystem
+from convmem_engine.storage.lock import DataDirLock
+from convmem_engine.storage.store import LOG_NAME, SNAPSHOT_NAME, Store
+from convmem_engine.transfer.backup import utc_stamp
+from convmem_engine.transfer.files import DIR_MODE, FILE_MODE, fsync_dir, make_private_dir
+
+_DAMAGED_RECORD: Final = re.compile(re.escape(LOG_NAME) + r": corrupt record at offset (\d+): ")
+_CHUNK: Final = 4 << 20
+
+
+class RepairError(ConvMemError):
+    """The store could not be repaired here; nothing in the data dir was changed."""
+
+    code = "CORRUPT_STORE"
+
+
+@dataclass(frozen=True)
+class RepairReport:
+    """What `repair_store` did. `offset` None: the store opened, nothing was repaired."""
+
+    messages: int  # live messages in the store now
+    offset: int | None = None  # where active.log was cut
+    cut_bytes: int = 0  # how much of active.log was cut off (kept in `aside`)
+    aside: str | None = None  # the damaged files, as they were
+
+
+def _messages(data_dir: str) -> int:
+    """Open the store (recovering it as any start does), count its messages, close it."""
+    store = Store.open(data_dir)
+    try:
+        return len(store.messages)
+    finally:
+        store.close()
+
+
+def _copy(src: str, dst: str, length: int | None = None) -> None:
+    """Copy `src` (its first `length` bytes) to the new file `dst`, user-only, fsynced."""
+    binary = getattr(os, "O_BINARY", 0)
+    fd = os.open(src, os.O_RDONLY | binary)
+    try:
+        out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | binary, FILE_MODE)
+        try:
+            left = os.fstat(fd).st_size if length is None else length
+            while left > 0:
+                chunk = os.read(fd, min(_CHUNK, left))
+                if not chunk:
+                    break
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(out, view) :]
+                left -= len(chunk)
+            os.fsync(out)
+        finally:
+            os.close(out)
+    finally:
+        os.close(fd)
+
+
+def _truncate(path: str, length: int) -> None:
+    fd = os.open(path, os.O_RDWR | getattr(os, "O_BINARY", 0))
+    try:
+        os.ftruncate(fd, length)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _store_files(data_dir: str) -> list[str]:
+    return [n for n in (LOG_NAME, SNAPSHOT_NAME) if os.path.isfile(os.path.join(data_dir, n))]
+
+
+def repair_store(
+    data_dir: str | os.PathLike[str], *, now_ms: Callable[[], int] = utc_millis
+) -> RepairReport:
+    """Make a store refused for a damaged record of its log open again, keeping every record
+    before the damage and the damaged files aside (the module doc). BusyError while another
+    process holds the data dir; RepairError (nothing changed) when cutting the log does not
+    help or the damage is elsewhere."""
+    target = os.path.abspath(os.fspath(data_dir)).rstrip("/\\")
+    if not os.path.isfile(os.path.join(target, LOG_NAME)):
+        raise RepairError(f"data dir: has no {LOG_NAME} (not a ConvMem data dir)")
+    try:
+        return RepairReport(_messages(target))
+    except CorruptStoreError as e:
+        found = _DAMAGED_RECORD.match(e.message)
+        if found is None:
+            raise RepairError(
+                f"repair: the damage is not in a record of {LOG_NAME} ({e.message}); "
+                "nothing was changed: restore a backup"
+            ) from None
+        offset = int(found[1])
+    log = os.path.join(target, LOG_NAME)
+    size = os.path.getsize(log)
+    parent = os.path.dirname(target)
+    lock = DataDirLock(FileSystem(), target)
+    lock.acquire()  # BusyError naming the holder: nobody opens the store while it changes
+    try:
+        work = tempfile.mkdtemp(prefix=".convmem-repair-", dir=parent)
+        try:
+            os.chmod(work, DIR_MODE)
+            _copy(log, os.path.join(work, LOG_NAME), offset)
+            if os.path.isfile(os.path.join(target, SNAPSHOT_NAME)):
+                _copy(os.path.join(target, SNAPSHOT_NAME), os.path.join(work, SNAPSHOT_NAME))
+            try:
+                _messages(work)
+            except ConvMemError as e:
+                raise RepairError(
+                    f"repair: {LOG_NAME} cut at offset {offset} does not open either "
+                    f"({e.message}); nothing was changed: restore a backup"
+                ) from None
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        aside = f"{target}.before-repair-{utc_stamp(now_ms())}"
+        make_private_dir(parent)
+        os.mkdir(aside, DIR_MODE)
+        for name in _store_files(target):
+            _copy(os.path.join(target, name), os.path.join(aside, name))
+        fsync_dir(aside)
+        fsync_dir(parent)
+        _truncate(log, offset)
+    finally:
+        lock.release()
+    try:
+        messages = _messages(target)
+    except ConvMemError as e:  # not seen: the same files opened as a copy; put the log back
+        with contextlib.suppress(OSError):
+            os.unlink(log)
+            _copy(os.path.join(aside, LOG_NAME), log)
+            fsync_dir(target)
+        raise RepairError(
+            f"repair: the cut store did not open ({e.message}); {LOG_NAME} was put back as "
+            f"it was (a copy is in {aside})"
+        ) from None
+    return RepairReport(messages, offset, size - offset, aside)
