@@ -14,9 +14,10 @@ and a person decides. `repair_store` is what the person runs:
 3. With the data dir's lock held: a private copy of the log's first N bytes and the snapshot is
    opened; if that does not open, RepairError and nothing changed.
 4. The damaged files are copied aside, to `<data dir>.before-repair-<UTC time>` (fsynced; never
-   overwritten or deleted), then `active.log` is cut at N in place (fsynced). Every other file of
-   the data dir (the agent's, the HTTP token, search.idx) stays as it was.
-5. The store is opened once more; if it still refused, the log is put back from the copy aside.
+   overwritten or deleted), then `active.log` is cut at N in place (fsynced), still under the
+   lock: the data dir then holds the very store files the copy of step 3 opened with. Every
+   other file of the data dir (the agent's, the HTTP token, search.idx, which describes the
+   unchanged snapshot) stays as it was. The next start opens it as after any crash.
 
 If the damage came from a failing disk rather than a power cut, what followed the offset was
 acknowledged too: it is in the copy aside, and the report says how many bytes were cut.
@@ -24,7 +25,6 @@ acknowledged too: it is in the copy aside, and the report says how many bytes we
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
@@ -43,6 +43,7 @@ from convmem_engine.transfer.files import DIR_MODE, FILE_MODE, fsync_dir, make_p
 
 _DAMAGED_RECORD: Final = re.compile(re.escape(LOG_NAME) + r": corrupt record at offset (\d+): ")
 _CHUNK: Final = 4 << 20
+_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)  # a symlink planted at a store file: refused
 
 
 class RepairError(ConvMemError):
@@ -73,7 +74,7 @@ def _messages(data_dir: str) -> int:
 def _copy(src: str, dst: str, length: int | None = None) -> None:
     """Copy `src` (its first `length` bytes) to the new file `dst`, user-only, fsynced."""
     binary = getattr(os, "O_BINARY", 0)
-    fd = os.open(src, os.O_RDONLY | binary)
+    fd = os.open(src, os.O_RDONLY | binary | _NOFOLLOW)
     try:
         out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | binary, FILE_MODE)
         try:
@@ -94,7 +95,7 @@ def _copy(src: str, dst: str, length: int | None = None) -> None:
 
 
 def _truncate(path: str, length: int) -> None:
-    fd = os.open(path, os.O_RDWR | getattr(os, "O_BINARY", 0))
+    fd = os.open(path, os.O_RDWR | getattr(os, "O_BINARY", 0) | _NOFOLLOW)
     try:
         os.ftruncate(fd, length)
         os.fsync(fd)
@@ -139,7 +140,7 @@ def repair_store(
             if os.path.isfile(os.path.join(target, SNAPSHOT_NAME)):
                 _copy(os.path.join(target, SNAPSHOT_NAME), os.path.join(work, SNAPSHOT_NAME))
             try:
-                _messages(work)
+                messages = _messages(work)  # the very files the data dir will hold
             except ConvMemError as e:
                 raise RepairError(
                     f"repair: {LOG_NAME} cut at offset {offset} does not open either "
@@ -157,15 +158,4 @@ def repair_store(
         _truncate(log, offset)
     finally:
         lock.release()
-    try:
-        messages = _messages(target)
-    except ConvMemError as e:  # not seen: the same files opened as a copy; put the log back
-        with contextlib.suppress(OSError):
-            os.unlink(log)
-            _copy(os.path.join(aside, LOG_NAME), log)
-            fsync_dir(target)
-        raise RepairError(
-            f"repair: the cut store did not open ({e.message}); {LOG_NAME} was put back as "
-            f"it was (a copy is in {aside})"
-        ) from None
     return RepairReport(messages, offset, size - offset, aside)
