@@ -24,6 +24,7 @@ from pytestqt.qtbot import QtBot
 from convmem_app.shell import autostart
 from convmem_app.shell.app import EXIT_STARTUP_FAILED, ConvMemApp
 from convmem_engine.service import MemoryService
+from tests.crashed_store import crashed_store, zero_block_before_the_end
 
 pytestmark = [
     pytest.mark.gui,
@@ -191,6 +192,41 @@ def test_corrupt_store_shows_what_to_do(qtbot: QtBot, make_app: MakeApp, tmp_pat
         window.quit_button.click()
     assert finished.args == [EXIT_STARTUP_FAILED]
     assert log_file.read_bytes() == bytes(raw)  # untouched
+
+
+def test_a_store_refused_after_a_power_cut_is_repaired_then_retry_works(
+    qtbot: QtBot, make_app: MakeApp, tmp_path: Path
+) -> None:
+    """The window's advice followed as a person would: `convmem repair` run while the window
+    shows, then Retry: the app runs on every acknowledged write."""
+    data_dir, acked = crashed_store(tmp_path, synced=40, unsynced=30)
+    zero_block_before_the_end(data_dir, blocks_from_end=2)
+    app = started(qtbot, make_app(data_dir), "error")
+    assert app.last_problem_code == "CORRUPT_STORE"
+    window = app.error_window
+    assert window is not None and window.isVisible()
+    assert "active.log: corrupt record at offset" in window.detail_label.text()
+    assert "convmem repair" in window.next_label.text()
+    repair = subprocess.run(
+        [sys.executable, "-m", "convmem_app", "repair", "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=child_env(),
+        cwd=ROOT,
+    )
+    assert repair.returncode == 0, repair.stderr
+    assert "repaired: active.log cut at offset" in repair.stdout
+    window.retry_button.click()
+    qtbot.waitUntil(lambda: app.state == "running", timeout=30_000)
+    service = app.service
+    assert service is not None
+    kept = {
+        m["message_id"]
+        for session in ("s0", "s1", "s2")  # crashed_store's sessions
+        for m in service.read_messages(session_id=session, limit=100)["history"]
+    }
+    assert set(acked) <= kept
 
 
 def test_unwritable_data_dir_is_an_io_error(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import stat
 import subprocess
 import sys
@@ -13,15 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from convmem_engine.domain import Message
 from convmem_engine.domain.errors import BusyError, CorruptStoreError
-from convmem_engine.service.ids import UlidSource
 from convmem_engine.storage import Store
 from convmem_engine.storage.store import LOG_NAME, SNAPSHOT_NAME
 from convmem_engine.transfer import RepairError, repair_store
-
-BLOCK = 4096
-UNTRACKED = ("lock", "lock.pid")
+from tests.crashed_store import BLOCK, UNTRACKED, crashed_store, zero_block_before_the_end
 
 
 def digest(folder: Path) -> dict[str, str]:
@@ -31,47 +26,6 @@ def digest(folder: Path) -> dict[str, str]:
         for p in sorted(folder.rglob("*"))
         if p.is_file() and p.name not in UNTRACKED
     }
-
-
-def crashed_store(tmp_path: Path, synced: int, unsynced: int) -> tuple[Path, list[str]]:
-    """A data dir as a power cut leaves it: `synced` acknowledged writes (the first half closed
-    into a snapshot), then `unsynced` more written and never synced, with the files copied
-    before any close. Returns the copy and the acknowledged ids."""
-    live = tmp_path / "live"
-    clock = iter(range(1_700_000_000_000, 1_800_000_000_000, 10))
-    ids = UlidSource(lambda: next(clock))
-    acked: list[str] = []
-
-    def put(store: Store, i: int) -> int:
-        mid, ts = ids.next()
-        acked.append(mid)
-        return store.write_put(Message(mid, f"s{i % 3}", ts, "user", f"message {i} " + "x" * 300))
-
-    store = Store.open(live)
-    for i in range(synced // 2):
-        store.sync(put(store, i))
-    store.close()  # a snapshot covers the first half
-    store = Store.open(live)
-    for i in range(synced // 2, synced):
-        store.sync(put(store, i))
-    for i in range(synced, synced + unsynced):
-        put(store, i)
-    del acked[synced:]  # written, never synced: not acknowledged
-    cut = tmp_path / "data"
-    shutil.copytree(live, cut, ignore=shutil.ignore_patterns(*UNTRACKED))
-    store.close()
-    return cut, acked
-
-
-def zero_block_before_the_end(data: Path, blocks_from_end: int) -> int:
-    """A later block of the unsynced tail kept, an earlier one zeroed (reordering)."""
-    log = data / LOG_NAME
-    size = log.stat().st_size
-    hole = (size // BLOCK - blocks_from_end) * BLOCK
-    with open(log, "r+b") as f:
-        f.seek(hole)
-        f.write(b"\0" * BLOCK)
-    return hole
 
 
 def ids_in(data: Path) -> list[str]:
