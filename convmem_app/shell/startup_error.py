@@ -7,7 +7,14 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtGui import QCloseEvent, QDesktopServices
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QApplication,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from convmem_app.shim.paths import SocketDirError
 from convmem_engine.domain.errors import (
@@ -27,6 +34,7 @@ class StartupProblem:
     title: str
     detail: str
     next_steps: str
+    repairable: bool = False  # a power cut's damage to the log: the window offers Repair
 
 
 def describe(error: BaseException, data_dir: Path) -> StartupProblem:
@@ -50,15 +58,32 @@ def describe(error: BaseException, data_dir: Path) -> StartupProblem:
             "read it and changed nothing.",
         )
     if isinstance(error, CorruptStoreError):
+        from convmem_engine.transfer.repair import damaged_log_offset, looks_like_a_power_cut
+
+        offset = damaged_log_offset(error)
+        if offset is not None and looks_like_a_power_cut(data_dir, offset):
+            return StartupProblem(
+                "CORRUPT_STORE",
+                "The memory store is damaged",
+                f"An integrity check failed: {detail}. Nothing was changed or repaired. The log "
+                "ends in zeros followed by data: what a power cut leaves when the disk kept a "
+                "later block of the last writes without an earlier one.",
+                "Click Repair: it keeps every record before the damage (every write ConvMem "
+                f"confirmed, if a power cut caused it), puts the damaged files aside in "
+                f"{data_dir}.before-repair-<time> and starts ConvMem again (`convmem repair` "
+                "does the same from a terminal). Or restore a backup, or start ConvMem with "
+                "another data folder (`convmem app --data-dir NEW`).",
+                repairable=True,
+            )
         return StartupProblem(
             "CORRUPT_STORE",
             "The memory store is damaged",
             f"An integrity check failed: {detail}. Nothing was changed or repaired.",
-            f"Copy the folder {data_dir} somewhere safe first. After a power cut, when the "
-            "message names active.log, `convmem repair` keeps every record before the damage "
-            "(the damaged files are kept aside), then click Retry. Otherwise restore it from a "
-            "backup, or start ConvMem with another data folder (`convmem app --data-dir NEW`) "
-            "and keep the damaged copy for inspection.",
+            f"Copy the folder {data_dir} somewhere safe first. Then restore it from a backup, "
+            "or start ConvMem with another data folder (`convmem app --data-dir NEW`) and keep "
+            "the damaged copy for inspection. (`convmem repair` cuts the log at a damaged "
+            "record, keeping the damaged files aside: what follows it is then only in that "
+            "copy.)",
         )
     if isinstance(error, UnsafeDataDirError):
         return StartupProblem(
@@ -132,11 +157,13 @@ class StartupErrorWindow(QWidget):
             label.setWordWrap(True)
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.retry_button = QPushButton("Retry")
+        self.repair_button = QPushButton("Repair")
+        self.repair_button.hide()
         self.folder_button = QPushButton("Open data folder")
         self.quit_button = QPushButton("Quit")
         buttons = QHBoxLayout()
         buttons.addStretch(1)
-        for button in (self.folder_button, self.retry_button, self.quit_button):
+        for button in (self.folder_button, self.repair_button, self.retry_button, self.quit_button):
             buttons.addWidget(button)
         layout = QVBoxLayout(self)
         layout.addWidget(self.title_label)
@@ -147,6 +174,7 @@ class StartupErrorWindow(QWidget):
         layout.addStretch(1)
         layout.addLayout(buttons)
         self.retry_button.clicked.connect(self.retryRequested)
+        self.repair_button.clicked.connect(self.repair)
         self.quit_button.clicked.connect(self.quitRequested)
         self.folder_button.clicked.connect(self._open_folder)
         self.resize(520, 240)
@@ -159,6 +187,34 @@ class StartupErrorWindow(QWidget):
         self.next_label.setText(problem.next_steps)
         self.code_label.setText(f"Error code: {problem.code}")
         self.retry_button.setEnabled(True)
+        self.repair_button.setVisible(problem.repairable)
+        self.repair_button.setEnabled(problem.repairable)
+
+    def repair(self) -> None:
+        """`convmem repair` on the data folder (convmem_engine/transfer/repair.py), then start
+        again; a refusal is shown and nothing is changed. Runs here, on the GUI thread: it
+        copies the store files once (about a second for a million messages)."""
+        from convmem_engine.transfer.repair import repair_store
+
+        self.repair_button.setEnabled(False)
+        QApplication.setOverrideCursor(Qt.CursorShape.WaitCursor)
+        try:
+            report = repair_store(self._data_dir)
+        except ConvMemError as e:
+            self.next_label.setText(f"Repair did not help: {e.message}")
+            return
+        except OSError as e:
+            self.next_label.setText(f"Repair did not help: {e.strerror or e}")
+            return
+        finally:
+            QApplication.restoreOverrideCursor()
+        self.repair_button.hide()
+        if report.offset is not None:
+            self.next_label.setText(
+                f"Repaired: active.log cut at offset {report.offset}, {report.messages} messages "
+                f"kept; the damaged files are in {report.aside}. Starting ConvMem again…"
+            )
+        self.retryRequested.emit()
 
     def closeEvent(self, event: QCloseEvent) -> None:
         # Closing the window is the user's answer "give up": the app quits.

@@ -23,7 +23,13 @@ from convmem_engine.transfer.exporter import (
 )
 from convmem_engine.transfer.importer import FORMATS, ImportReport, run_import
 from convmem_engine.transfer.records import ImportFormatError, Skip
-from convmem_engine.transfer.repair import RepairError, RepairReport, repair_store
+from convmem_engine.transfer.repair import (
+    RepairError,
+    RepairReport,
+    damaged_log_offset,
+    looks_like_a_power_cut,
+    repair_store,
+)
 
 __all__ = [
     "EXPORT_FORMATS",
@@ -39,10 +45,12 @@ __all__ = [
     "RepairReport",
     "Skip",
     "create_backup",
+    "damaged_log_offset",
     "default_backup_dir",
     "export_jsonl",
     "export_markdown",
     "list_backups",
+    "looks_like_a_power_cut",
     "prune_backups",
     "repair_store",
     "restore_backup",

@@ -44,6 +44,9 @@ from convmem_engine.transfer.files import DIR_MODE, FILE_MODE, fsync_dir, make_p
 _DAMAGED_RECORD: Final = re.compile(re.escape(LOG_NAME) + r": corrupt record at offset (\d+): ")
 _CHUNK: Final = 4 << 20
 _NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)  # a symlink planted at a store file: refused
+_BLOCK: Final = 4096
+_LOOK_AHEAD: Final = 16 << 20
+_ZERO_RUN: Final = 16  # zeros before a block boundary that no record holds (a header: 7 at most)
 
 
 class RepairError(ConvMemError):
@@ -103,6 +106,45 @@ def _truncate(path: str, length: int) -> None:
         os.close(fd)
 
 
+def damaged_log_offset(error: ConvMemError) -> int | None:
+    """The offset of the damaged record a CORRUPT_STORE refusal names in `active.log`; None
+    when it names no record of the log (repair cannot help)."""
+    found = _DAMAGED_RECORD.match(error.message) if isinstance(error, CorruptStoreError) else None
+    return int(found[1]) if found else None
+
+
+def looks_like_a_power_cut(data_dir: str | os.PathLike[str], offset: int) -> bool:
+    """Whether the log, from the damaged record at `offset` on (within `_LOOK_AHEAD`), has a
+    stretch of zeros that ends at a 4 KiB block boundary: what a power cut leaves when the disk
+    kept a later block of the unsynced tail without an earlier one (the earlier block reads as
+    zeros, or as the synced bytes followed by zeros when it held the synced end). That is: the
+    damaged record starts with zeros up to the boundary, or `_ZERO_RUN` zeros end at one.
+    Records never hold such a stretch (a payload is JSON, with no NUL; a header has a few zero
+    bytes at most); a flipped byte or garbage (a failing disk, another program) leaves none.
+    (A power cut whose synced end lay inside a record fewer than `_ZERO_RUN` bytes before a
+    boundary is missed: `convmem repair` still repairs it.) The app offers its Repair button
+    only when this is true."""
+    path = os.path.join(os.fspath(data_dir), LOG_NAME)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0) | _NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        os.lseek(fd, offset, os.SEEK_SET)
+        data = os.read(fd, _LOOK_AHEAD)
+    finally:
+        os.close(fd)
+    first = _BLOCK - offset % _BLOCK  # the first block boundary after `offset`, in `data`
+    if len(data) > first and not data[:first].strip(b"\0"):
+        return True  # the damaged record starts with zeros (a record's magic is not zero)
+    zeros = bytes(_ZERO_RUN)
+    return any(
+        data[end - _ZERO_RUN : end] == zeros
+        for end in range(first, len(data) + 1, _BLOCK)
+        if end >= _ZERO_RUN
+    )
+
+
 def _store_files(data_dir: str) -> list[str]:
     return [n for n in (LOG_NAME, SNAPSHOT_NAME) if os.path.isfile(os.path.join(data_dir, n))]
 
@@ -120,13 +162,13 @@ def repair_store(
     try:
         return RepairReport(_messages(target))
     except CorruptStoreError as e:
-        found = _DAMAGED_RECORD.match(e.message)
-        if found is None:
+        damaged = damaged_log_offset(e)
+        if damaged is None:
             raise RepairError(
                 f"repair: the damage is not in a record of {LOG_NAME} ({e.message}); "
                 "nothing was changed: restore a backup"
             ) from None
-        offset = int(found[1])
+        offset = damaged
     log = os.path.join(target, LOG_NAME)
     size = os.path.getsize(log)
     parent = os.path.dirname(target)

@@ -188,6 +188,7 @@ def test_corrupt_store_shows_what_to_do(qtbot: QtBot, make_app: MakeApp, tmp_pat
     assert window is not None and window.isVisible()
     assert "Nothing was changed" in window.detail_label.text()
     assert "somewhere safe" in window.next_label.text()
+    assert window.repair_button.isHidden()  # a flipped byte is not a power cut: no button
     with qtbot.waitSignal(app.finished, timeout=30_000) as finished:
         window.quit_button.click()
     assert finished.args == [EXIT_STARTUP_FAILED]
@@ -224,6 +225,31 @@ def test_a_store_refused_after_a_power_cut_is_repaired_then_retry_works(
     kept = {
         m["message_id"]
         for session in ("s0", "s1", "s2")  # crashed_store's sessions
+        for m in service.read_messages(session_id=session, limit=100)["history"]
+    }
+    assert set(acked) <= kept
+
+
+def test_the_windows_repair_button_after_a_power_cut(
+    qtbot: QtBot, make_app: MakeApp, tmp_path: Path
+) -> None:
+    data_dir, acked = crashed_store(tmp_path, synced=40, unsynced=30)
+    zero_block_before_the_end(data_dir, blocks_from_end=2)
+    app = started(qtbot, make_app(data_dir), "error")
+    window = app.error_window
+    assert window is not None and window.problem is not None and window.problem.repairable
+    assert not window.repair_button.isHidden() and window.repair_button.isEnabled()
+    assert "ends in zeros followed by data" in window.detail_label.text()
+    window.repair_button.click()
+    qtbot.waitUntil(lambda: app.state == "running", timeout=30_000)
+    assert window.isHidden()
+    asides = list(tmp_path.glob("data.before-repair-*"))
+    assert len(asides) == 1 and (asides[0] / "active.log").is_file()
+    service = app.service
+    assert service is not None
+    kept = {
+        m["message_id"]
+        for session in ("s0", "s1", "s2")
         for m in service.read_messages(session_id=session, limit=100)["history"]
     }
     assert set(acked) <= kept

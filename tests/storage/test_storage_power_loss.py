@@ -31,7 +31,7 @@ from storage_helpers import BLOCK, REORDERED, TAILS, UNTRACKED, Crash, PowerLoss
 
 from convmem_engine.domain import CorruptStoreError, Message, StoreIOError
 from convmem_engine.storage import Store
-from convmem_engine.transfer.repair import repair_store
+from convmem_engine.transfer.repair import looks_like_a_power_cut, repair_store
 
 State = dict[str, Message]
 
@@ -217,6 +217,11 @@ def reopen_or_refusal(
         assert offset < len(before["active.log"]), str(e)
         if synced_end:
             assert offset >= fs.holes[log], (str(e), fs.holes[log])
+        if looks_like_a_power_cut(d, offset):  # the app offers its Repair button
+            outcomes["refused, the app's Repair button offered"] += 1
+        else:  # a synced end inside a record just before a block boundary (repair.py says so)
+            assert not synced_end, ("the app would offer no Repair button", str(e))
+            outcomes["refused, no Repair button (the command repairs it)"] += 1
         return salvaged_state(d, offset)
     outcomes[_situation(fs, log) + ": opened"] += 1
     return got
@@ -254,8 +259,8 @@ def report(outcomes: Counter[str], what: str) -> None:
     it), then check what docs/storage-format.md says: a later block of the unsynced tail
     without an earlier one is CORRUPT_STORE (data after a hole cannot be told from damage to
     synced records)."""
-    cases = sum(outcomes.values())
-    refused = sum(n for key, n in outcomes.items() if key.endswith("refused"))
+    cases = sum(n for key, n in outcomes.items() if key.endswith((": opened", ": refused")))
+    refused = sum(n for key, n in outcomes.items() if key.endswith(": refused"))
     print(
         f"{what}: {cases} cuts, opened {cases - refused}, refused {refused}; "
         + ", ".join(f"{key} {n}" for key, n in sorted(outcomes.items()))

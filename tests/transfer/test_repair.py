@@ -15,7 +15,12 @@ import pytest
 from convmem_engine.domain.errors import BusyError, CorruptStoreError
 from convmem_engine.storage import Store
 from convmem_engine.storage.store import LOG_NAME, SNAPSHOT_NAME
-from convmem_engine.transfer import RepairError, repair_store
+from convmem_engine.transfer import (
+    RepairError,
+    damaged_log_offset,
+    looks_like_a_power_cut,
+    repair_store,
+)
 from tests.crashed_store import BLOCK, UNTRACKED, crashed_store, zero_block_before_the_end
 
 
@@ -144,3 +149,23 @@ def test_the_repair_command(tmp_path: Path) -> None:
     assert again.returncode == 0 and "nothing to repair" in again.stdout
     missing = convmem("repair", "--data-dir", tmp_path / "nothing-here")
     assert missing.returncode == 1 and "not a ConvMem data dir" in missing.stderr
+
+
+def test_a_power_cuts_zeros_are_told_from_a_flipped_byte(tmp_path: Path) -> None:
+    """The app offers its Repair button only when the damage looks like a power cut's."""
+    cut, _ = crashed_store(tmp_path / "cut", synced=40, unsynced=30)
+    zero_block_before_the_end(cut, blocks_from_end=2)
+    with pytest.raises(CorruptStoreError) as refused:
+        Store.open(cut)
+    offset = damaged_log_offset(refused.value)
+    assert offset is not None and looks_like_a_power_cut(cut, offset)
+
+    flipped, _ = crashed_store(tmp_path / "flipped", synced=40, unsynced=0)
+    log = flipped / LOG_NAME
+    raw = bytearray(log.read_bytes())
+    raw[len(raw) - 500] ^= 0xFF
+    log.write_bytes(bytes(raw))
+    with pytest.raises(CorruptStoreError) as refused:
+        Store.open(flipped)
+    offset = damaged_log_offset(refused.value)
+    assert offset is not None and not looks_like_a_power_cut(flipped, offset)
