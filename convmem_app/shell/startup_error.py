@@ -65,14 +65,13 @@ def describe(error: BaseException, data_dir: Path) -> StartupProblem:
             return StartupProblem(
                 "CORRUPT_STORE",
                 "The memory store is damaged",
-                f"An integrity check failed: {detail}. Nothing was changed or repaired. The log "
-                "ends in zeros followed by data: what a power cut leaves when the disk kept a "
-                "later block of the last writes without an earlier one.",
-                "Click Repair: it keeps every record before the damage (every write ConvMem "
-                f"confirmed, if a power cut caused it), puts the damaged files aside in "
-                f"{data_dir}.before-repair-<time> and starts ConvMem again (`convmem repair` "
-                "does the same from a terminal). Or restore a backup, or start ConvMem with "
-                "another data folder (`convmem app --data-dir NEW`).",
+                f"An integrity check failed: {detail}. Nothing was changed. The log holds zeros "
+                "followed by data: a power cut's mark, when the disk kept later writes without "
+                "earlier ones.",
+                "Click Repair: it keeps every record before the damage (after a power cut, every "
+                f"write ConvMem confirmed), puts the damaged files aside in "
+                f"{data_dir}.before-repair-<time> and starts again (or run `convmem repair`). "
+                "Or restore a backup, or use another data folder (`convmem app --data-dir NEW`).",
                 repairable=True,
             )
         return StartupProblem(
@@ -189,6 +188,12 @@ class StartupErrorWindow(QWidget):
         self.retry_button.setEnabled(True)
         self.repair_button.setVisible(problem.repairable)
         self.repair_button.setEnabled(problem.repairable)
+        self._fit()
+
+    def _fit(self) -> None:
+        """Tall enough for the wrapped texts (a word-wrapped label does not grow its window):
+        the size hint's height is the texts' at a narrower width, so it is enough."""
+        self.resize(self.width(), max(self.height(), self.sizeHint().height()))
 
     def repair(self) -> None:
         """`convmem repair` on the data folder (convmem_engine/transfer/repair.py), then start
@@ -214,6 +219,7 @@ class StartupErrorWindow(QWidget):
                 f"Repaired: active.log cut at offset {report.offset}, {report.messages} messages "
                 f"kept; the damaged files are in {report.aside}. Starting ConvMem again…"
             )
+            self._fit()
         self.retryRequested.emit()
 
     def closeEvent(self, event: QCloseEvent) -> None:
