@@ -239,7 +239,7 @@ def test_the_windows_repair_button_after_a_power_cut(
     window = app.error_window
     assert window is not None and window.problem is not None and window.problem.repairable
     assert not window.repair_button.isHidden() and window.repair_button.isEnabled()
-    assert "ends in zeros followed by data" in window.detail_label.text()
+    assert "The log holds zeros followed by data" in window.detail_label.text()
     window.repair_button.click()
     qtbot.waitUntil(lambda: app.state == "running", timeout=30_000)
     assert window.isHidden()
