@@ -6,8 +6,6 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,7 @@ from convmem_engine.transfer import (
     repair_store,
 )
 from tests.crashed_store import BLOCK, UNTRACKED, crashed_store, zero_block_before_the_end
+from tests.transfer.test_transfer_cli import convmem
 
 
 def digest(folder: Path) -> dict[str, str]:
@@ -131,14 +130,6 @@ def test_a_store_in_use_is_not_touched(tmp_path: Path) -> None:
 def test_the_repair_command(tmp_path: Path) -> None:
     data, acked = crashed_store(tmp_path, synced=40, unsynced=30)
     zero_block_before_the_end(data, blocks_from_end=2)
-
-    def convmem(*args: str | Path) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "convmem_app", *map(str, args)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
 
     done = convmem("repair", "--data-dir", data)
     assert done.returncode == 0, done.stderr
