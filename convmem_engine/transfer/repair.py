@@ -9,8 +9,9 @@ and a person decides. `repair_store` is what the person runs:
 
 1. The store is opened as it is; if it opens, there is nothing to repair (that open is the
    ordinary one any start makes).
-2. A refusal that does not name a record of `active.log` (a damaged snapshot, a newer format,
-   a log that lost its start) is not repaired here: RepairError, nothing changed.
+2. A refusal that does not name a record of `active.log` (a log that ends before what its
+   snapshot proves durable, a newer format, a log that lost its start) is not repaired here:
+   RepairError, nothing changed.
 3. With the data dir's lock held: a private copy of the log's first N bytes and the snapshot is
    opened; if that does not open, RepairError and nothing changed.
 4. The damaged files are copied aside, to `<data dir>.before-repair-<UTC time>` (fsynced; never
@@ -46,7 +47,7 @@ _CHUNK: Final = 4 << 20
 _NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)  # a symlink planted at a store file: refused
 _BLOCK: Final = 4096
 _LOOK_AHEAD: Final = 16 << 20
-_ZERO_RUN: Final = 16  # zeros before a block boundary that no record holds (a header: 7 at most)
+_ZERO_RUN: Final = 16  # zeros before a block boundary no record holds (a header: < 10)
 
 
 class RepairError(ConvMemError):
@@ -119,8 +120,9 @@ def looks_like_a_power_cut(data_dir: str | os.PathLike[str], offset: int) -> boo
     kept a later block of the unsynced tail without an earlier one (the earlier block reads as
     zeros, or as the synced bytes followed by zeros when it held the synced end). That is: the
     damaged record starts with zeros up to the boundary, or `_ZERO_RUN` zeros end at one.
-    Records never hold such a stretch (a payload is JSON, with no NUL; a header has a few zero
-    bytes at most); a flipped byte or garbage (a failing disk, another program) leaves none.
+    Records never hold such a stretch (a payload is JSON, which writes U+0000 as an escape; a
+    header's longest run of zero bytes is under 10); a flipped byte or garbage (a failing disk,
+    another program) leaves none.
     (A power cut whose synced end lay inside a record fewer than `_ZERO_RUN` bytes before a
     boundary is missed: `convmem repair` still repairs it.) The app offers its Repair button
     only when this is true."""
