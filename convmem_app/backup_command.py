@@ -40,6 +40,18 @@ def _when(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _failed(command: str, error: Exception) -> int:
+    """Say why `convmem COMMAND` failed (the engine's message, or the OS's), exit status 1."""
+    from convmem_engine.domain.errors import ConvMemError
+
+    if isinstance(error, ConvMemError):
+        why = error.message
+    else:
+        why = getattr(error, "strerror", None) or str(error)
+    print(f"convmem {command}: {why}", file=sys.stderr)
+    return 1
+
+
 def backup_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="convmem backup", description="Back up a data dir.")
     p.add_argument("--data-dir", help=_DATA_DIR_HELP)
@@ -70,12 +82,8 @@ def backup_main(argv: list[str]) -> int:
         dest = args.to or default_backup_dir(data_dir)
         info = create_backup(data_dir, dest, single_file=args.single_file)
         removed = prune_backups(dest, args.keep) if args.keep else []
-    except ConvMemError as e:
-        print(f"convmem backup: {e.message}", file=sys.stderr)
-        return 1
-    except OSError as e:
-        print(f"convmem backup: {e.strerror or e}", file=sys.stderr)
-        return 1
+    except (ConvMemError, OSError) as e:
+        return _failed("backup", e)
     print(
         f"backup made and verified: {info.messages} messages in {info.sessions} sessions, "
         f"{_size(info.size)}, {_when(info.created_at)}: {info.path}"
@@ -101,12 +109,8 @@ def restore_main(argv: list[str]) -> int:
     data_dir = resolve_data_dir(args.data_dir)
     try:
         info, aside = restore_backup(args.backup, data_dir, in_place=args.in_place)
-    except ConvMemError as e:
-        print(f"convmem restore: {e.message}", file=sys.stderr)
-        return 1
-    except OSError as e:
-        print(f"convmem restore: {e.strerror or e}", file=sys.stderr)
-        return 1
+    except (ConvMemError, OSError) as e:
+        return _failed("restore", e)
     print(f"restored {info.messages} messages in {info.sessions} sessions into {data_dir}")
     if aside:
         print(f"the previous store is kept at {aside}")
@@ -127,12 +131,8 @@ def repair_main(argv: list[str]) -> int:
     data_dir = resolve_data_dir(args.data_dir)
     try:
         report = repair_store(data_dir)
-    except ConvMemError as e:
-        print(f"convmem repair: {e.message}", file=sys.stderr)
-        return 1
-    except OSError as e:
-        print(f"convmem repair: {e.strerror or e}", file=sys.stderr)
-        return 1
+    except (ConvMemError, OSError) as e:
+        return _failed("repair", e)
     if report.offset is None:
         print(f"the store opens: nothing to repair ({report.messages} messages in {data_dir})")
         return 0

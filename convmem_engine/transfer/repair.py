@@ -40,7 +40,7 @@ from convmem_engine.storage.fs import FileSystem
 from convmem_engine.storage.lock import DataDirLock
 from convmem_engine.storage.store import LOG_NAME, SNAPSHOT_NAME, Store
 from convmem_engine.transfer.backup import utc_stamp
-from convmem_engine.transfer.files import DIR_MODE, FILE_MODE, fsync_dir, make_private_dir
+from convmem_engine.transfer.files import DIR_MODE, FILE_MODE, fsync_dir
 
 _DAMAGED_RECORD: Final = re.compile(re.escape(LOG_NAME) + r": corrupt record at offset (\d+): ")
 _CHUNK: Final = 4 << 20
@@ -193,7 +193,6 @@ def repair_store(
         finally:
             shutil.rmtree(work, ignore_errors=True)
         aside = f"{target}.before-repair-{utc_stamp(now_ms())}"
-        make_private_dir(parent)
         os.mkdir(aside, DIR_MODE)
         for name in _store_files(target):
             _copy(os.path.join(target, name), os.path.join(aside, name))

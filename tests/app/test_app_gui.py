@@ -195,15 +195,35 @@ def test_corrupt_store_shows_what_to_do(qtbot: QtBot, make_app: MakeApp, tmp_pat
     assert log_file.read_bytes() == bytes(raw)  # untouched
 
 
+def refused_after_a_power_cut(
+    qtbot: QtBot, make_app: MakeApp, tmp_path: Path
+) -> tuple[ConvMemApp, Path, list[str]]:
+    """An app started on a store a power cut left refused (a zeroed block before kept data):
+    the app, its data dir and the acknowledged ids."""
+    data_dir, acked = crashed_store(tmp_path, synced=40, unsynced=30)
+    zero_block_before_the_end(data_dir, blocks_from_end=2)
+    app = started(qtbot, make_app(data_dir), "error")
+    assert app.last_problem_code == "CORRUPT_STORE"
+    return app, data_dir, acked
+
+
+def stored_ids(app: ConvMemApp) -> set[str]:
+    """Every message id in the running app's store (crashed_store's sessions s0-s2)."""
+    service = app.service
+    assert service is not None
+    return {
+        m["message_id"]
+        for session in ("s0", "s1", "s2")
+        for m in service.read_messages(session_id=session, limit=100)["history"]
+    }
+
+
 def test_a_store_refused_after_a_power_cut_is_repaired_then_retry_works(
     qtbot: QtBot, make_app: MakeApp, tmp_path: Path
 ) -> None:
     """The window's advice followed as a person would: `convmem repair` run while the window
     shows, then Retry: the app runs on every acknowledged write."""
-    data_dir, acked = crashed_store(tmp_path, synced=40, unsynced=30)
-    zero_block_before_the_end(data_dir, blocks_from_end=2)
-    app = started(qtbot, make_app(data_dir), "error")
-    assert app.last_problem_code == "CORRUPT_STORE"
+    app, data_dir, acked = refused_after_a_power_cut(qtbot, make_app, tmp_path)
     window = app.error_window
     assert window is not None and window.isVisible()
     assert "active.log: corrupt record at offset" in window.detail_label.text()
@@ -220,22 +240,13 @@ def test_a_store_refused_after_a_power_cut_is_repaired_then_retry_works(
     assert "repaired: active.log cut at offset" in repair.stdout
     window.retry_button.click()
     qtbot.waitUntil(lambda: app.state == "running", timeout=30_000)
-    service = app.service
-    assert service is not None
-    kept = {
-        m["message_id"]
-        for session in ("s0", "s1", "s2")  # crashed_store's sessions
-        for m in service.read_messages(session_id=session, limit=100)["history"]
-    }
-    assert set(acked) <= kept
+    assert set(acked) <= stored_ids(app)
 
 
 def test_the_windows_repair_button_after_a_power_cut(
     qtbot: QtBot, make_app: MakeApp, tmp_path: Path
 ) -> None:
-    data_dir, acked = crashed_store(tmp_path, synced=40, unsynced=30)
-    zero_block_before_the_end(data_dir, blocks_from_end=2)
-    app = started(qtbot, make_app(data_dir), "error")
+    app, _, acked = refused_after_a_power_cut(qtbot, make_app, tmp_path)
     window = app.error_window
     assert window is not None and window.problem is not None and window.problem.repairable
     assert not window.repair_button.isHidden() and window.repair_button.isEnabled()
@@ -245,14 +256,7 @@ def test_the_windows_repair_button_after_a_power_cut(
     assert window.isHidden()
     asides = list(tmp_path.glob("data.before-repair-*"))
     assert len(asides) == 1 and (asides[0] / "active.log").is_file()
-    service = app.service
-    assert service is not None
-    kept = {
-        m["message_id"]
-        for session in ("s0", "s1", "s2")
-        for m in service.read_messages(session_id=session, limit=100)["history"]
-    }
-    assert set(acked) <= kept
+    assert set(acked) <= stored_ids(app)
 
 
 def test_unwritable_data_dir_is_an_io_error(

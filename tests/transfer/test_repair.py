@@ -78,6 +78,17 @@ def test_a_healthy_store_is_left_as_it_is(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("data.before-repair-*"))
 
 
+def assert_refused_unchanged(data: Path, match: str) -> None:
+    """repair_store refuses with `match`, leaving the data dir's files as they were and no
+    copy aside nor working folder next to it."""
+    before = digest(data)
+    with pytest.raises(RepairError, match=match):
+        repair_store(data)
+    assert digest(data) == before
+    assert not list(data.parent.glob(f"{data.name}.before-repair-*"))
+    assert not list(data.parent.glob(".convmem-repair-*"))
+
+
 def test_a_refusal_that_names_no_record_of_the_log_is_not_repaired(tmp_path: Path) -> None:
     """A log that ends before what its snapshot proves durable lost acknowledged records: no
     cut brings them back, so repair refuses and changes nothing."""
@@ -87,12 +98,7 @@ def test_a_refusal_that_names_no_record_of_the_log_is_not_repaired(tmp_path: Pat
     os.truncate(log, log.stat().st_size // 2)
     with pytest.raises(CorruptStoreError, match="records that were already durable"):
         Store.open(data)
-    before = digest(data)
-    with pytest.raises(RepairError, match=r"not in a record of active\.log.*nothing was changed"):
-        repair_store(data)
-    assert digest(data) == before
-    assert not list(tmp_path.glob("data.before-repair-*"))
-    assert not list(tmp_path.glob(".convmem-repair-*"))
+    assert_refused_unchanged(data, r"not in a record of active\.log.*nothing was changed")
 
 
 def test_damage_inside_what_the_snapshot_covers_is_not_cut(tmp_path: Path) -> None:
@@ -107,12 +113,7 @@ def test_damage_inside_what_the_snapshot_covers_is_not_cut(tmp_path: Path) -> No
         f.write(b"\0" * BLOCK)
     with pytest.raises(CorruptStoreError, match=r"active\.log: corrupt record at offset"):
         Store.open(data)
-    before = digest(data)
-    with pytest.raises(RepairError, match=r"does not open either.*nothing was changed"):
-        repair_store(data)
-    assert digest(data) == before
-    assert not list(tmp_path.glob("data.before-repair-*"))
-    assert not list(tmp_path.glob(".convmem-repair-*"))
+    assert_refused_unchanged(data, r"does not open either.*nothing was changed")
 
 
 def test_a_store_in_use_is_not_touched(tmp_path: Path) -> None:
